@@ -1,0 +1,331 @@
+"""What one traced aten op costs in device-independent terms: class, FLOPs, bytes, launches.
+
+Every op of a traced step becomes an :class:`OpCost`: its op class (the unit the cost model and
+calibration work in), the FLOPs of matrix-like work (torch's own ``flop_counter`` formulas, read
+from its registry, never re-derived), the bytes it moves (inputs read plus outputs written, in
+their real dtypes), how many kernels it launches, and the dtype its math runs in. Turning that
+into seconds on a device is ``predict.py``'s job.
+
+Op classes:
+
+=============== ===========================================================================
+``gemm``        mm, addmm, bmm, baddbmm (FLOPs from flop_counter, GEMM dims kept for waves)
+``conv``        dense convolutions and their backward (FLOPs from flop_counter)
+``conv_dw``     grouped/depthwise convolutions: little math per byte, memory-bound
+``attention``   fused scaled-dot-product attention, forward and backward
+``norm``        layer/group/RMS norm and their backward
+``batch_norm``  batch norm and its backward (own kernels, dtype-dependent on CUDA)
+``reduction``   sums, means, softmax, log-softmax, losses and their backward
+``elementwise`` pointwise math and data movement (copy, cat, index, pad, fill, dropout)
+``cast``        dtype conversions (autocast's casts and their backward)
+``pool``        pooling and its backward
+``embedding``   embedding lookup and its (scatter-add) backward
+``optimizer``   multi-tensor (``_foreach_*``) and fused optimizer kernels
+``scaler``      GradScaler's inf checks and scale update
+``host``        no device kernel: allocation, scalars kept on the host, bookkeeping
+=============== ===========================================================================
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import torch
+from torch.utils import flop_counter
+from torch.utils._pytree import tree_flatten
+
+_FLOP_FORMULAS = flop_counter.flop_registry
+
+# Ops whose kernels are classified by name (overload packet name without "aten.").
+_CLASS_BY_NAME: dict[str, str] = {
+    **dict.fromkeys(("mm", "addmm", "bmm", "baddbmm", "_addmm_activation", "addmv", "mv", "dot",
+                     "addr", "addbmm", "_scaled_mm", "vdot"), "gemm"),
+    **dict.fromkeys(("convolution", "_convolution", "convolution_backward", "cudnn_convolution",
+                     "cudnn_convolution_transpose", "mkldnn_convolution", "_slow_conv2d_forward",
+                     "_slow_conv2d_backward", "convolution_overrideable",
+                     "_conv_depthwise2d", "conv_depthwise3d"), "conv"),
+    **dict.fromkeys(("_scaled_dot_product_flash_attention_for_cpu",
+                     "_scaled_dot_product_flash_attention_for_cpu_backward",
+                     "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_backward",
+                     "_scaled_dot_product_efficient_attention",
+                     "_scaled_dot_product_efficient_attention_backward",
+                     "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_cudnn_attention_backward",
+                     "_flash_attention_forward", "_flash_attention_backward",
+                     "_efficient_attention_forward", "_efficient_attention_backward"), "attention"),
+    **dict.fromkeys(("native_layer_norm", "native_layer_norm_backward", "native_group_norm",
+                     "native_group_norm_backward", "_fused_rms_norm", "_fused_rms_norm_backward"), "norm"),
+    **dict.fromkeys(("native_batch_norm", "native_batch_norm_backward", "_native_batch_norm_legit",
+                     "_native_batch_norm_legit_functional", "_native_batch_norm_legit_no_training",
+                     "cudnn_batch_norm", "cudnn_batch_norm_backward", "miopen_batch_norm",
+                     "batch_norm_backward", "_batch_norm_with_update",
+                     "_batch_norm_with_update_functional", "_batch_norm_no_update"), "batch_norm"),
+    **dict.fromkeys(("sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "var", "std",
+                     "var_mean", "std_mean", "norm", "linalg_vector_norm", "cumsum", "cumprod", "prod",
+                     "logsumexp", "_softmax", "_log_softmax", "_softmax_backward_data",
+                     "_log_softmax_backward_data", "nll_loss_forward", "nll_loss_backward",
+                     "nll_loss2d_forward", "nll_loss2d_backward", "mse_loss", "mse_loss_backward",
+                     "binary_cross_entropy_with_logits", "all", "any", "topk", "sort"), "reduction"),
+    **dict.fromkeys(("max_pool2d_with_indices", "max_pool2d_with_indices_backward", "max_pool2d",
+                     "max_pool3d_with_indices", "max_pool3d_with_indices_backward",
+                     "avg_pool2d", "avg_pool2d_backward", "avg_pool3d", "avg_pool3d_backward",
+                     "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward",
+                     "adaptive_max_pool2d", "adaptive_max_pool2d_backward"), "pool"),
+    **dict.fromkeys(("embedding", "embedding_dense_backward", "embedding_backward",
+                     "_embedding_bag", "_embedding_bag_backward"), "embedding"),
+    **dict.fromkeys(("_fused_adamw_", "_fused_adam_", "_fused_sgd_", "_fused_adagrad_"), "optimizer"),
+    **dict.fromkeys(("_amp_foreach_non_finite_check_and_unscale_", "_amp_update_scale_"), "scaler"),
+}
+
+# Ops that launch no device kernel but cost host time (allocation, host scalars, bookkeeping).
+_HOST_ONLY: frozenset[str] = frozenset((
+    "empty", "empty_strided", "empty_like", "new_empty", "new_empty_strided", "_local_scalar_dense",
+    "lift_fresh", "resize_", "set_", "is_same_size", "_has_compatible_shallow_copy_type",
+    "_record_function_enter_new", "_record_function_exit", "_record_function_enter",
+    "record_stream", "is_nonzero", "equal", "_assert_async", "sym_size", "sym_stride",
+    "sym_numel", "sym_storage_offset", "_to_copy_meta", "device",
+))
+
+# Kernels launched per call where it is not one (device-side work split into passes).
+_KERNELS: dict[str, int] = {
+    "convolution_backward": 2, "native_layer_norm_backward": 2, "native_group_norm_backward": 2,
+    "native_batch_norm": 2, "native_batch_norm_backward": 2, "_native_batch_norm_legit": 2,
+    "_native_batch_norm_legit_functional": 2, "cudnn_batch_norm": 2, "cudnn_batch_norm_backward": 2,
+    "_fused_rms_norm_backward": 2, "embedding_dense_backward": 4, "nll_loss_backward": 2,
+    "native_dropout": 1, "_scaled_dot_product_flash_attention_for_cpu_backward": 3,
+    "_scaled_dot_product_efficient_attention_backward": 3, "_efficient_attention_backward": 3,
+    "_scaled_dot_product_flash_attention_backward": 3, "_flash_attention_backward": 3,
+    "_scaled_dot_product_cudnn_attention_backward": 3, "slice_backward": 2, "select_backward": 2,
+    "_amp_update_scale_": 1, "cat": 1,
+}
+
+_FILL_OPS: frozenset[str] = frozenset((
+    "zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "fill_", "zero_", "arange",
+    "new_zeros", "new_ones", "new_full", "scalar_tensor", "rand", "randn", "rand_like", "randn_like",
+    "bernoulli_", "normal_", "uniform_",
+))
+
+DTYPE_KEYS: dict[torch.dtype, str] = {
+    torch.float64: "fp64", torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16",
+    getattr(torch, "float8_e4m3fn", torch.float32): "fp8", getattr(torch, "float8_e5m2", torch.float32): "fp8",
+}
+# torch.float32 may have been used as a stand-in above on old torch builds.
+DTYPE_KEYS[torch.float32] = "fp32"
+
+
+@dataclass(frozen=True, slots=True)
+class OpCost:
+    """Device-independent cost of one traced op.
+
+    ``flops`` counts matrix-like work as ``torch.utils.flop_counter`` does (2 per multiply-add,
+    causal attention not halved); ``causal`` tells the timing model to halve attention work.
+    ``gemm`` holds ``(batch, m, n, k)`` for GEMMs, ``None`` otherwise. ``dtype`` is the dtype key of
+    the math ("fp32", "tf32", "bf16", ...): fp32 GEMMs and convolutions become "tf32" when the
+    precision allows TF32 for them. ``backward`` marks a backward kernel (``*_backward*`` ops run
+    other kernels than their forward); ``misaligned`` a tensor-core GEMM with a dimension that is
+    not a multiple of 16 bytes (cuBLAS then falls back to slow unvectorized kernels: a vocabulary
+    of 50257 does this); ``aux_bytes`` memory-bound side work inside a compute op (the bias
+    gradient a convolution backward reduces); ``dropout`` fused attention that applies dropout.
+    """
+
+    op_class: str
+    flops: float
+    bytes: float
+    kernels: int
+    dtype: str
+    gemm: tuple[int, int, int, int] | None = None
+    causal: bool = False
+    backward: bool = False
+    misaligned: bool = False
+    aux_bytes: float = 0.0
+    dropout: bool = False
+
+
+@lru_cache(maxsize=None)
+def _write_slots(func: torch._ops.OpOverload) -> tuple[tuple[int, ...], tuple[bool, ...]]:
+    """Argument positions the op mutates, and which returns are fresh (not aliases of inputs)."""
+    schema = func._schema
+    mutated = tuple(i for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write)
+    fresh = tuple(r.alias_info is None for r in schema.returns)
+    return mutated, fresh
+
+
+@lru_cache(maxsize=None)
+def op_kind(func: torch._ops.OpOverload) -> str:
+    """``"view"`` (metadata only), ``"host"`` (no kernel) or ``"kernel"``; cached per overload."""
+    name = func.overloadpacket.__name__
+    if func.namespace == "prim" or func.namespace == "profiler":
+        return "view"
+    if func.is_view or name in ("detach", "alias", "lift_fresh", "_unsafe_view", "view", "_reshape_alias",
+                                "unsafe_split", "unsafe_chunk"):
+        return "view"
+    if name in _HOST_ONLY:
+        return "host"
+    return "kernel"
+
+
+def _tensor_bytes(t: torch.Tensor) -> int:
+    # A broadcast (expanded) view reads its storage, not its numel; a slice reads its numel.
+    nbytes = t.numel() * t.element_size()
+    try:
+        storage = t.untyped_storage().nbytes()
+    except (RuntimeError, NotImplementedError):
+        return nbytes
+    return min(nbytes, storage) if storage else nbytes
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    leaves, _ = tree_flatten(value)
+    return [x for x in leaves if isinstance(x, torch.Tensor)]
+
+
+def _first_float_dtype(tensors: list[torch.Tensor]) -> torch.dtype:
+    for t in tensors:
+        if t.is_floating_point():
+            return t.dtype
+    return tensors[0].dtype if tensors else torch.float32
+
+
+def _foreach_launches(name: str, lists: list[list[torch.Tensor]]) -> int:
+    """multi_tensor_apply launches: a launch holds at most N tensors and 320 blocks of 64K elements.
+
+    From aten/src/ATen/native/cuda/MultiTensorApply.cuh (depth_to_max_tensors, kChunkSize,
+    depth_to_max_blocks); the host-side state steps of non-capturable optimizers are not here.
+    """
+    depth = max(1, len(lists))
+    max_tensors = (110, 64, 48, 36, 30)[min(depth, 5) - 1]
+    if "ScalarList" in name:
+        max_tensors = (96, 64, 48, 36, 30)[min(depth, 5) - 1]
+    first = lists[0] if lists else []
+    chunks = sum(max(1, math.ceil(t.numel() / 65536)) for t in first)
+    return max(1, math.ceil(len(first) / max_tensors), math.ceil(chunks / 320))
+
+
+def _gemm_dims(name: str, args: tuple, out: torch.Tensor) -> tuple[int, int, int, int] | None:
+    try:
+        if name in ("mm", "_scaled_mm"):
+            a, b = args[0], args[1]
+            return (1, a.shape[0], b.shape[1], a.shape[1])
+        if name in ("addmm", "_addmm_activation"):
+            a, b = args[1], args[2]
+            return (1, a.shape[0], b.shape[1], a.shape[1])
+        if name == "bmm":
+            a, b = args[0], args[1]
+            return (a.shape[0], a.shape[1], b.shape[2], a.shape[2])
+        if name == "baddbmm":
+            a, b = args[1], args[2]
+            return (a.shape[0], a.shape[1], b.shape[2], a.shape[2])
+    except (AttributeError, IndexError):
+        return None
+    return None
+
+
+@lru_cache(maxsize=None)
+def _arg_index(func: torch._ops.OpOverload, arg_name: str) -> int | None:
+    for i, argument in enumerate(func._schema.arguments):
+        if argument.name == arg_name:
+            return i
+    return None
+
+
+def _arg(func: torch._ops.OpOverload, args: tuple, kwargs: dict, arg_name: str, default: Any) -> Any:
+    if arg_name in kwargs:
+        return kwargs[arg_name]
+    index = _arg_index(func, arg_name)
+    if index is not None and index < len(args):
+        return args[index]
+    return default
+
+
+def _attention_flops(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[float, bool, bool]:
+    """FLOPs of a fused attention op (flop_counter's sdpa formulas), causal?, dropout?"""
+    name = func.overloadpacket.__name__
+    if name.endswith("_backward"):
+        grad_out, q, k, v = args[0], args[1], args[2], args[3]
+        flops = flop_counter.sdpa_backward_flop_count(grad_out.shape, q.shape, k.shape, v.shape)
+    else:
+        q, k, v = args[0], args[1], args[2]
+        flops = flop_counter.sdpa_flop_count(q.shape, k.shape, v.shape)
+    causal = bool(_arg(func, args, kwargs, "is_causal", False))
+    dropout = float(_arg(func, args, kwargs, "dropout_p", 0.0) or 0.0) > 0.0
+    return float(flops), causal, dropout
+
+
+def describe_op(
+    func: torch._ops.OpOverload,
+    args: tuple,
+    kwargs: dict,
+    out: Any,
+    *,
+    matmul_tf32: bool,
+    conv_tf32: bool,
+    phase: str,
+) -> OpCost:
+    """Cost of one op that launches work (``op_kind(func) != "view"``)."""
+    name = func.overloadpacket.__name__
+    inputs = _tensors((args, kwargs))
+    outputs = _tensors(out)
+    mutated, fresh = _write_slots(func)
+    read = sum(_tensor_bytes(t) for t in inputs)
+    written = sum(_tensor_bytes(t) for t in _tensors([args[i] for i in mutated if i < len(args)]))
+    out_list = out if isinstance(out, (tuple, list)) else (out,)
+    for is_fresh, value in zip(fresh, out_list):
+        if is_fresh:
+            written += sum(_tensor_bytes(t) for t in _tensors(value))
+    dtype = _first_float_dtype(inputs or outputs)
+    dtype_key = DTYPE_KEYS.get(dtype, "fp32")
+
+    if op_kind(func) == "host":
+        return OpCost("host", 0.0, 0.0, 0, dtype_key)
+
+    if name.startswith("_foreach_"):
+        lists = [a for a in args if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor)]
+        if lists and all(t.dim() == 0 for t in lists[0]) and phase == "optimizer":
+            # Optimizer step counters: CPU tensors unless capturable/fused, so host work.
+            return OpCost("host", 0.0, 0.0, 0, dtype_key)
+        first = _first_float_dtype(lists[0]) if lists else dtype
+        return OpCost("optimizer", 0.0, float(read + written), _foreach_launches(str(func), lists),
+                      DTYPE_KEYS.get(first, "fp32"))
+
+    op_class = _CLASS_BY_NAME.get(name)
+    flops = 0.0
+    gemm = None
+    causal = dropout = False
+    if op_class == "gemm":
+        formula = _FLOP_FORMULAS.get(func.overloadpacket)
+        flops = float(formula(*args, **kwargs, out_val=out)) if formula else 0.0
+        gemm = _gemm_dims(name, args, outputs[0] if outputs else None)
+        if dtype_key == "fp32" and matmul_tf32:
+            dtype_key = "tf32"
+    elif op_class == "conv":
+        formula = _FLOP_FORMULAS.get(func.overloadpacket)
+        flops = float(formula(*args, **kwargs, out_val=out)) if formula else 0.0
+        groups = args[8] if name == "convolution" and len(args) > 8 else (args[9] if name == "convolution_backward" and len(args) > 9 else 1)
+        if groups and groups > 1:
+            op_class = "conv_dw"
+        elif dtype_key == "fp32" and conv_tf32:
+            dtype_key = "tf32"
+    elif op_class == "attention":
+        flops, causal, dropout = _attention_flops(func, args, kwargs)
+    elif op_class is None:
+        op_class = "elementwise"
+        if name == "copy_" and len(args) > 1 and isinstance(args[1], torch.Tensor):
+            op_class = "cast" if args[0].dtype != args[1].dtype else "elementwise"
+        elif name == "_to_copy" and outputs and inputs:
+            op_class = "cast" if inputs[0].dtype != outputs[0].dtype else "elementwise"
+        if name in _FILL_OPS:
+            read = 0  # write-only kernels (their "inputs" are shapes or a template)
+
+    kernels = _KERNELS.get(name, 1)
+    misaligned = False
+    aux = 0.0
+    if gemm is not None and dtype_key not in ("fp32", "fp64"):
+        per_16_bytes = max(1, 16 // dtype.itemsize)
+        misaligned = any(d % per_16_bytes for d in gemm[1:])
+    if name == "convolution_backward" and len(args) > 10 and args[10][2]:
+        aux = float(_tensor_bytes(args[0]))  # grad_output read once more for the bias gradient
+        kernels += 1
+    return OpCost(op_class, flops, float(read + written), kernels, dtype_key, gemm, causal,
+                  "backward" in name, misaligned, aux, dropout)

@@ -1,0 +1,147 @@
+"""CUDA's autocast policy, replayed on CPU so that a CPU trace runs what a GPU would run.
+
+A CPU-only PyTorch cannot fake CUDA tensors through a backward pass, so the tracer runs the step
+on CPU fake tensors as a proxy. CPU autocast casts fewer ops than CUDA autocast: on CPU,
+``layer_norm``, ``softmax``, ``pow``, ``sum`` ... keep their bf16 input, while CUDA runs them in
+fp32, adding casts and fp32 traffic that a GPU prediction must see. Inside :func:`cuda_autocast_on_cpu`
+the AutocastCPU dispatch key gets CUDA's policy for those ops (kernels registered with
+``torch.library`` and removed on exit, which restores CPU's own kernels).
+
+The op lists are CUDA's, from ``aten/src/ATen/autocast_mode.h`` (``AT_FORALL_FP32``,
+``AT_FORALL_FP32_SET_OPT_DTYPE``, ``AT_FORALL_LOWER_PRECISION_FP``), PyTorch 2.11-2.14;
+``tests/test_cuda_autocast.py`` checks them against the header of the installed PyTorch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+# CUDA: run in fp32 (floating, non-double inputs cast to float32).
+CUDA_FP32_OPS: tuple[str, ...] = (
+    "acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p",
+    "reciprocal", "rsqrt", "sinh", "tan", "pow.Tensor_Scalar", "pow.Tensor_Tensor", "pow.Scalar",
+    "softplus", "layer_norm", "native_layer_norm", "rms_norm", "group_norm", "frobenius_norm.dim",
+    "nuclear_norm", "nuclear_norm.dim", "cosine_similarity", "poisson_nll_loss",
+    "cosine_embedding_loss", "nll_loss", "nll_loss2d", "hinge_embedding_loss", "kl_div", "l1_loss",
+    "smooth_l1_loss", "huber_loss", "mse_loss", "margin_ranking_loss", "multilabel_margin_loss",
+    "soft_margin_loss", "triplet_margin_loss", "multi_margin_loss",
+    "binary_cross_entropy_with_logits", "dist", "pdist", "cdist", "renorm", "logsumexp",
+    "upsample_nearest1d", "_upsample_nearest_exact1d", "upsample_nearest2d",
+    "_upsample_nearest_exact2d", "upsample_nearest3d", "_upsample_nearest_exact3d",
+    "upsample_linear1d", "upsample_bilinear2d", "_upsample_bilinear2d_aa", "upsample_trilinear3d",
+    "upsample_bicubic2d", "_upsample_bicubic2d_aa",
+)
+
+# CUDA: keep the input but compute and return fp32 (``dtype=torch.float32`` when not given).
+CUDA_FP32_SET_OPT_DTYPE_OPS: tuple[str, ...] = (
+    "prod", "prod.dim_int", "softmax.int", "log_softmax.int", "cumprod", "cumsum",
+    "linalg_vector_norm", "linalg_matrix_norm", "linalg_matrix_norm.str_ord", "sum",
+    "sum.dim_IntList",
+)
+
+# CUDA casts these to the autocast dtype but CPU autocast does not.
+CUDA_ONLY_LOWER_PRECISION_OPS: tuple[str, ...] = (
+    "addmv", "addr", "einsum", "mv", "chain_matmul", "linalg_multi_dot", "convolution",
+    "_convolution", "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell",
+)
+
+# CPU autocast casts these to fp32 but CUDA leaves them alone (they then decompose into ops
+# CUDA does cast, e.g. cross_entropy_loss -> log_softmax(dtype=float32) + nll_loss).
+CPU_ONLY_FP32_OPS: tuple[str, ...] = (
+    "cross_entropy_loss", "avg_pool3d", "max_pool3d", "adaptive_avg_pool3d", "reflection_pad1d",
+    "reflection_pad2d", "replication_pad1d", "replication_pad2d", "replication_pad3d",
+    "grid_sampler", "grid_sampler_2d", "grid_sampler_3d", "max_unpool2d", "max_unpool3d",
+)
+
+_AUTOCAST_CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
+
+
+def _overload(qualified: str) -> torch._ops.OpOverload | None:
+    name, _, overload = qualified.partition(".")
+    packet = getattr(torch.ops.aten, name, None)
+    if packet is None:
+        return None
+    return getattr(packet, overload or "default", None)
+
+
+def _eligible(value: Any) -> bool:
+    # autocast's is_eligible: a floating tensor that is not double.
+    return isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != torch.float64
+
+
+def _cast_all(values: Any, dtype: torch.dtype) -> Any:
+    if _eligible(values) and values.dtype != dtype:
+        return values.to(dtype)
+    if isinstance(values, (list, tuple)):
+        return type(values)(_cast_all(v, dtype) for v in values)
+    return values
+
+
+def _cast_kernel(op: torch._ops.OpOverload, to_dtype: Callable[[], torch.dtype]) -> Callable[..., Any]:
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        with torch._C._ExcludeDispatchKeyGuard(_AUTOCAST_CPU):
+            dtype = to_dtype()
+            return op(*_cast_all(args, dtype), **{k: _cast_all(v, dtype) for k, v in kwargs.items()})
+
+    return kernel
+
+
+def _set_opt_dtype_kernel(op: torch._ops.OpOverload) -> Callable[..., Any]:
+    dtype_index = next(i for i, a in enumerate(op._schema.arguments) if a.name == "dtype")
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        with torch._C._ExcludeDispatchKeyGuard(_AUTOCAST_CPU):
+            if _eligible(args[0]):
+                if len(args) > dtype_index:
+                    if args[dtype_index] is None:
+                        args = (*args[:dtype_index], torch.float32, *args[dtype_index + 1 :])
+                elif kwargs.get("dtype") is None:
+                    kwargs = {**kwargs, "dtype": torch.float32}
+            return op(*args, **kwargs)
+
+    return kernel
+
+
+def _passthrough_kernel(op: torch._ops.OpOverload) -> Callable[..., Any]:
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        # Below AutocastCPU, but the ops this one decomposes into are autocast again.
+        with torch._C._ExcludeDispatchKeyGuard(_AUTOCAST_CPU):
+            return op(*args, **kwargs)
+
+    return kernel
+
+
+@contextlib.contextmanager
+def cuda_autocast_on_cpu() -> Iterator[list[str]]:
+    """Give CPU autocast CUDA's cast policy until exit; yields the names of the overridden ops."""
+    library = torch.library.Library("aten", "IMPL")
+    overridden: list[str] = []
+    try:
+        for qualified in CUDA_FP32_OPS:
+            op = _overload(qualified)
+            if op is not None:
+                library.impl(qualified, _cast_kernel(op, lambda: torch.float32), "AutocastCPU")
+                overridden.append(qualified)
+        for qualified in CUDA_FP32_SET_OPT_DTYPE_OPS:
+            op = _overload(qualified)
+            if op is not None:
+                library.impl(qualified, _set_opt_dtype_kernel(op), "AutocastCPU")
+                overridden.append(qualified)
+        for qualified in CUDA_ONLY_LOWER_PRECISION_OPS:
+            op = _overload(qualified)
+            if op is not None:
+                lower = lambda: torch.get_autocast_dtype("cpu")  # noqa: E731
+                library.impl(qualified, _cast_kernel(op, lower), "AutocastCPU")
+                overridden.append(qualified)
+        for qualified in CPU_ONLY_FP32_OPS:
+            op = _overload(qualified)
+            if op is not None:
+                library.impl(qualified, _passthrough_kernel(op), "AutocastCPU")
+                overridden.append(qualified)
+        yield overridden
+    finally:
+        library._destroy()

@@ -1,0 +1,107 @@
+"""Training precision settings: what a Lightning precision string means for each op class.
+
+A precision describes the *training run*, not the model as given: under ``bf16-true`` the
+parameters and floating-point inputs are cast to bf16 (as Lightning's ``HalfPrecision`` plugin
+does), under ``*-mixed`` the forward runs in ``torch.autocast`` and ``16-mixed`` adds a
+``GradScaler``. TF32 is not a precision string in Lightning: it comes from
+``torch.get_float32_matmul_precision()`` (matmuls) and ``torch.backends.cudnn.allow_tf32``
+(convolutions), read when the spec is built unless given explicitly.
+
+>>> spec = PrecisionSpec.from_setting("bf16-mixed")
+>>> spec.autocast_dtype, spec.param_dtype
+(torch.bfloat16, torch.float32)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+# Lightning's accepted aliases (lightning/fabric/plugins/precision/precision.py).
+_ALIASES: dict[str, str] = {
+    "64": "64-true",
+    "32": "32-true",
+    "16": "16-mixed",
+    "bf16": "bf16-mixed",
+    "32-tf32": "32-true",  # the ground-truth data's name for 32-true with TF32 matmuls
+}
+
+PRECISIONS: tuple[str, ...] = ("32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "64-true")
+
+
+@dataclass(frozen=True)
+class PrecisionSpec:
+    """What one training precision does to dtypes.
+
+    ``param_dtype`` is the dtype of parameters and floating inputs; ``autocast_dtype`` the
+    lower-precision dtype of autocast (``None`` without autocast); ``grad_scaler`` whether a
+    ``GradScaler`` runs; ``matmul_tf32`` / ``conv_tf32`` whether fp32 matmuls / convolutions
+    may use TF32 tensor cores.
+    """
+
+    name: str
+    param_dtype: torch.dtype
+    autocast_dtype: torch.dtype | None
+    grad_scaler: bool
+    matmul_tf32: bool
+    conv_tf32: bool
+
+    @classmethod
+    def from_setting(
+        cls,
+        precision: str | int,
+        *,
+        matmul_tf32: bool | None = None,
+        conv_tf32: bool | None = None,
+    ) -> PrecisionSpec:
+        """Build the spec for a Lightning precision string (or alias), reading TF32 flags now.
+
+        ``"32-tf32"`` is accepted as ``"32-true"`` with TF32 matmuls (the naming of
+        ``../shared/h100``); explicit ``matmul_tf32`` / ``conv_tf32`` override the flags.
+        """
+        raw = str(precision).strip().lower()
+        if raw == "32-tf32" and matmul_tf32 is None:
+            matmul_tf32 = True
+        name = _ALIASES.get(raw, raw)
+        if name not in PRECISIONS:
+            raise ValueError(
+                f"precision={precision!r} is not a known precision; expected one of "
+                f"{', '.join(PRECISIONS)} (or the aliases 64, 32, 16, bf16)"
+            )
+        if matmul_tf32 is None:
+            matmul_tf32 = torch.get_float32_matmul_precision() != "highest"
+        if conv_tf32 is None:
+            conv_tf32 = bool(torch.backends.cudnn.allow_tf32)
+        param_dtype = {
+            "64-true": torch.float64,
+            "16-true": torch.float16,
+            "bf16-true": torch.bfloat16,
+        }.get(name, torch.float32)
+        autocast_dtype = {"16-mixed": torch.float16, "bf16-mixed": torch.bfloat16}.get(name)
+        return cls(
+            name=name,
+            param_dtype=param_dtype,
+            autocast_dtype=autocast_dtype,
+            grad_scaler=name == "16-mixed",
+            matmul_tf32=matmul_tf32,
+            conv_tf32=conv_tf32,
+        )
+
+    @property
+    def label(self) -> str:
+        """The name users know, with TF32 spelled out where it changes fp32 matmuls."""
+        if self.name == "32-true" and self.matmul_tf32:
+            return "32-true+tf32"
+        return self.name
+
+    def with_tf32(self, matmul: bool, conv: bool | None = None) -> PrecisionSpec:
+        """The same precision with other TF32 flags."""
+        return replace(self, matmul_tf32=matmul, conv_tf32=self.conv_tf32 if conv is None else conv)
+
+
+def as_precision(precision: str | int | PrecisionSpec, **tf32: bool | None) -> PrecisionSpec:
+    """Accept a spec as is, or build one from a precision string."""
+    if isinstance(precision, PrecisionSpec):
+        return precision
+    return PrecisionSpec.from_setting(precision, **tf32)

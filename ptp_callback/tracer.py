@@ -1,0 +1,526 @@
+"""Trace one real training step on fake tensors: every aten op, with shapes, dtypes and phase.
+
+The user's model runs its real ``forward``, loss, ``backward`` and ``optimizer.step()``, but on
+fake tensors (``FakeTensorMode``): parameters, buffers, gradients and optimizer state are fake
+stand-ins with the right shapes, dtypes and device, so no real memory is touched and nothing of
+the user's changes. A ``TorchDispatchMode`` records each aten op below autograd, which is where
+autocast's casts, the backward pass and the optimizer's kernels are all visible.
+
+Where the target device cannot be faked through a backward pass (CUDA on a machine without a
+GPU), the step is traced on CPU as a proxy, with these mappings so the trace shows what CUDA
+would run:
+
+* autocast: CPU autocast gets CUDA's cast policy (``cuda_autocast.py``): layer norm, softmax,
+  pow, sums ... run in fp32 as on CUDA;
+* optimizer: CUDA's default implementation is ``foreach`` (a few multi-tensor launches), CPU's is
+  a per-parameter loop, so a copied optimizer with ``foreach=None`` gets ``foreach=True``;
+* attention: CUDA's fused SDPA kernels apply dropout inside the kernel, CPU falls back to the
+  unfused math path when dropout is on, so SDPA is traced with dropout off (fused kernel kept);
+* batch norm: CPU's ``native_batch_norm`` stands for cuDNN's batch norm (same class and bytes);
+* dropout: CUDA runs one fused ``native_dropout`` kernel, CPU three, so dropout is traced as
+  ``native_dropout``;
+* GradScaler: traced as ``GradScaler("cpu")``, whose kernels match CUDA's, with the host sync of
+  ``found_inf.item()`` recorded as a sync point.
+
+>>> import torch
+>>> trace = trace_step(torch.nn.Linear(8, 4), (torch.randn(2, 8),), lambda m, b: m(*b).sum())
+>>> sorted({op.phase for op in trace.ops})
+['backward', 'forward', 'optimizer']
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, is_dataclass, replace
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .costs import OpCost, describe_op, op_kind
+from .cuda_autocast import cuda_autocast_on_cpu
+from .precision import PrecisionSpec, as_precision
+
+StepFn = Callable[[torch.nn.Module, Any], Any]
+OptimizerArg = torch.optim.Optimizer | Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer] | None
+
+PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
+
+
+class TraceError(RuntimeError):
+    """The step could not be traced; the message names the op and module that stopped it."""
+
+
+@dataclass(frozen=True, slots=True)
+class OpRecord:
+    """One recorded op.
+
+    ``name`` is the aten overload (``"aten.mm.default"``) or a ``ptp.*`` pseudo-op for host work
+    (``ptp.sync``: the host waits for the device; ``ptp.zero_grad``; ``ptp.optimizer_python``).
+    ``views`` counts the metadata-only ops (views, detach, device queries) dispatched since the
+    previous record and ``module_calls`` the ``nn.Module`` calls: both are host work.
+    ``params`` is the number of parameter tensors a per-parameter host loop walks.
+    """
+
+    name: str
+    phase: str
+    module: str
+    cost: OpCost
+    in_shapes: tuple[tuple[int, ...], ...] = ()
+    in_dtypes: tuple[str, ...] = ()
+    out_shapes: tuple[tuple[int, ...], ...] = ()
+    out_dtypes: tuple[str, ...] = ()
+    views: int = 0
+    module_calls: int = 0
+    params: int = 0
+
+
+@dataclass
+class Trace:
+    """The ops of one training step and what they were traced under."""
+
+    ops: list[OpRecord]
+    precision: PrecisionSpec
+    trace_device: str
+    target_type: str
+    param_count: int
+    param_tensors: int
+    trainable_tensors: int
+    param_bytes: int
+    trace_s: float
+    mappings: tuple[str, ...] = ()
+    optimizer_name: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def proxy(self) -> bool:
+        """True when the step was traced on CPU standing in for another device."""
+        return self.trace_device != self.target_type
+
+
+_SHAPE_DTYPE = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64"}
+
+
+def _meta_of(value: Any) -> tuple[tuple[tuple[int, ...], ...], tuple[str, ...]]:
+    shapes: list[tuple[int, ...]] = []
+    dtypes: list[str] = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            shapes.append(tuple(item.shape))
+            dtypes.append(_SHAPE_DTYPE.get(item.dtype, str(item.dtype).removeprefix("torch.")))
+        elif isinstance(item, (list, tuple)):
+            stack.extend(reversed(item))
+        elif isinstance(item, dict):
+            stack.extend(reversed(list(item.values())))
+    return tuple(shapes), tuple(dtypes)
+
+
+class _Recorder(TorchDispatchMode):
+    """Records kernel-launching ops; counts metadata ops cheaply without recording them."""
+
+    def __init__(self, spec: PrecisionSpec, module_of: Callable[[], str]) -> None:
+        super().__init__()
+        self.spec = spec
+        self.module_of = module_of
+        self.ops: list[OpRecord] = []
+        self.phase = "forward"
+        self.active = True
+        self.views = 0
+        self.module_calls = 0
+        self.failed_op: str | None = None
+        # Dropout that CUDA's fused attention applies in-kernel (set while tracing SDPA without it).
+        self.attention_dropout = False
+        self._dropout_of_forward_attention: list[bool] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        try:
+            out = func(*args, **kwargs)
+        except Exception:
+            if self.failed_op is None:
+                self.failed_op = f"{func} (in module {self.module_of() or '<top level>'}, {self.phase})"
+            raise
+        if not self.active:
+            return out
+        kind = op_kind(func)
+        if kind == "view":
+            self.views += 1
+            return out
+        cost = describe_op(func, args, kwargs, out, matmul_tf32=self.spec.matmul_tf32,
+                           conv_tf32=self.spec.conv_tf32, phase=self.phase)
+        if cost.op_class == "attention":
+            cost = self._with_attention_dropout(cost)
+        in_shapes, in_dtypes = _meta_of((args, kwargs))
+        out_shapes, out_dtypes = _meta_of(out)
+        self.ops.append(OpRecord(str(func), self.phase, self.module_of(), cost, in_shapes, in_dtypes,
+                                 out_shapes, out_dtypes, self.views, self.module_calls))
+        self.views = 0
+        self.module_calls = 0
+        return out
+
+    def _with_attention_dropout(self, cost: OpCost) -> OpCost:
+        # Backward attention ops run in reverse order of their forwards: pair them LIFO.
+        if not cost.backward:
+            dropout = cost.dropout or self.attention_dropout
+            self._dropout_of_forward_attention.append(dropout)
+        else:
+            dropout = cost.dropout or (self._dropout_of_forward_attention.pop()
+                                       if self._dropout_of_forward_attention else False)
+        return cost if dropout == cost.dropout else replace(cost, dropout=dropout)
+
+    def pseudo(self, name: str, params: int = 0) -> None:
+        """Record host work that no aten op shows (a sync, a per-parameter Python loop)."""
+        self.ops.append(OpRecord(name, self.phase, "", OpCost("host", 0.0, 0.0, 0, "fp32"),
+                                 views=self.views, module_calls=self.module_calls, params=params))
+        self.views = 0
+        self.module_calls = 0
+
+    @contextlib.contextmanager
+    def in_phase(self, phase: str) -> Iterator[None]:
+        previous, self.phase = self.phase, phase
+        try:
+            yield
+        finally:
+            self.phase = previous
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        self.active = False
+        try:
+            yield
+        finally:
+            self.active = True
+
+
+class _ModulePath:
+    """The innermost module running now, forward and backward (via torch's ModuleTracker)."""
+
+    def __init__(self, recorder_ref: list[_Recorder]) -> None:
+        from torch.utils.module_tracker import ModuleTracker
+
+        self.tracker = ModuleTracker()
+        self.recorder_ref = recorder_ref
+        self._handle: Any = None
+
+    def current(self) -> str:
+        parents = self.tracker.parents
+        if not parents:
+            return ""
+        deepest = max(parents, key=lambda p: (p.count("."), len(p)))
+        return deepest if deepest != "Global" else ""
+
+    def __enter__(self) -> _ModulePath:
+        self.tracker.__enter__()
+
+        def count_call(module: torch.nn.Module, args: Any) -> None:
+            if self.recorder_ref:
+                self.recorder_ref[0].module_calls += 1
+
+        self._handle = torch.nn.modules.module.register_module_forward_pre_hook(count_call)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._handle.remove()
+        self.tracker.__exit__(*exc)
+
+
+class _CudaKernelChoices(TorchFunctionMode):
+    """Traces SDPA and dropout as CUDA runs them (see module doc).
+
+    CUDA's fused SDPA kernels apply dropout inside the kernel, so SDPA is traced with dropout
+    off; CUDA's dropout is one fused ``native_dropout`` kernel where CPU uses three
+    (``bernoulli_``, ``div_``, ``mul``).
+    """
+
+    def __init__(self, recorder: _Recorder) -> None:
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func is torch.nn.functional.scaled_dot_product_attention:
+            dropout_p = args[4] if len(args) > 4 else kwargs.get("dropout_p", 0.0)
+            if dropout_p:
+                if len(args) > 4:
+                    args = (*args[:4], 0.0, *args[5:])
+                else:
+                    kwargs = {**kwargs, "dropout_p": 0.0}
+                self.recorder.attention_dropout = True
+                try:
+                    return func(*args, **kwargs)
+                finally:
+                    self.recorder.attention_dropout = False
+        elif func is torch.nn.functional.dropout:
+            p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
+            training = args[2] if len(args) > 2 else kwargs.get("training", True)
+            if training and 0.0 < p < 1.0 and isinstance(args[0], torch.Tensor):
+                return torch.native_dropout(args[0], p, True)[0]
+        return func(*args, **kwargs)
+
+
+def _float_dtype_for(t: torch.Tensor, spec: PrecisionSpec) -> torch.dtype:
+    if t.is_floating_point() and spec.param_dtype != torch.float32:
+        return spec.param_dtype
+    return t.dtype
+
+
+def _fake_like(t: torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    return torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=dtype, device=device)
+
+
+def _fake_state(model: torch.nn.Module, spec: PrecisionSpec, device: torch.device) -> tuple[dict[str, torch.Tensor], dict[int, torch.Tensor]]:
+    """Fake parameters and buffers by name; tied parameters share one fake (keyed by id)."""
+    by_id: dict[int, torch.Tensor] = {}
+    named: dict[str, torch.Tensor] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        fake = by_id.get(id(p))
+        if fake is None:
+            fake = _fake_like(p, _float_dtype_for(p, spec), device).requires_grad_(p.requires_grad)
+            by_id[id(p)] = fake
+        named[name] = fake
+    for name, b in model.named_buffers(remove_duplicate=False):
+        fake = by_id.get(id(b))
+        if fake is None:
+            fake = _fake_like(b, _float_dtype_for(b, spec), device)
+            by_id[id(b)] = fake
+        named[name] = fake
+    return named, by_id
+
+
+def _fake_batch(batch: Any, spec: PrecisionSpec, device: torch.device) -> Any:
+    """The batch with every tensor replaced by a fake one on the trace device.
+
+    Floating-point tensors take the parameter dtype under ``*-true`` precisions, as Lightning's
+    precision plugins convert inputs.
+    """
+    if isinstance(batch, torch.Tensor):
+        return _fake_like(batch, _float_dtype_for(batch, spec), device)
+    if isinstance(batch, Mapping):
+        return {k: _fake_batch(v, spec, device) for k, v in batch.items()}
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
+        return type(batch)(*(_fake_batch(v, spec, device) for v in batch))
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_fake_batch(v, spec, device) for v in batch)
+    if is_dataclass(batch) and not isinstance(batch, type):
+        return replace(batch, **{k: _fake_batch(v, spec, device) for k, v in vars(batch).items()})
+    return batch
+
+
+def _optimizer_ctor_kwargs(cls: type, defaults: Mapping[str, Any]) -> dict[str, Any]:
+    import inspect
+
+    try:
+        accepted = inspect.signature(cls.__init__).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {k: v for k, v in defaults.items() if k in accepted and k != "params"}
+
+
+def _copy_optimizer(
+    optimizer: OptimizerArg,
+    model: torch.nn.Module,
+    fakes_by_id: dict[int, torch.Tensor],
+    cuda_defaults: bool,
+) -> tuple[torch.optim.Optimizer, list[str]]:
+    """A new optimizer of the user's class and hyperparameters over the fake parameters."""
+    notes: list[str] = []
+    trainable = [fakes_by_id[id(p)] for p in dict.fromkeys(model.parameters()) if p.requires_grad]
+    if optimizer is None:
+        optimizer = torch.optim.AdamW(trainable, foreach=True if cuda_defaults else None)
+        notes.append("optimizer: AdamW with default hyperparameters")
+        return optimizer, notes
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        built = optimizer(trainable)
+        if not isinstance(built, torch.optim.Optimizer):
+            raise TypeError(f"optimizer factory returned {type(built).__name__}, expected a torch.optim.Optimizer")
+        optimizer = built
+        if not cuda_defaults:
+            return optimizer, notes
+        groups = [dict(g) for g in optimizer.param_groups]
+        cls, defaults = type(optimizer), optimizer.defaults
+    else:
+        cls, defaults = type(optimizer), optimizer.defaults
+        groups = []
+        for group in optimizer.param_groups:
+            params = [fakes_by_id[id(p)] for p in group["params"] if id(p) in fakes_by_id]
+            if params:
+                groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": params})
+        if not groups:
+            raise TypeError("the optimizer holds none of the model's parameters; pass the optimizer of this model")
+    if cuda_defaults:
+        for group in groups:
+            if "foreach" in group and group.get("foreach") is None and not group.get("fused"):
+                group["foreach"] = True
+                if "foreach=True (CUDA default)" not in notes:
+                    notes.append("optimizer: foreach=True (CUDA default)")
+    return cls(groups, **_optimizer_ctor_kwargs(cls, defaults)), notes
+
+
+def _loss_of(output: Any) -> torch.Tensor:
+    """The scalar loss from what a step function returned (tensor, dict, or model output)."""
+    if isinstance(output, torch.Tensor):
+        return output if output.dim() == 0 else output.sum()
+    if isinstance(output, Mapping) and "loss" in output:
+        return _loss_of(output["loss"])
+    loss = getattr(output, "loss", None)
+    if isinstance(loss, torch.Tensor):
+        return _loss_of(loss)
+    if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
+        return _loss_of(output[0])
+    raise TraceError(
+        f"step_fn returned {type(output).__name__}; expected a loss tensor, a dict with 'loss' "
+        "or a model output with .loss"
+    )
+
+
+def default_step_fn(model: torch.nn.Module, batch: Any) -> Any:
+    """Call the model on the batch (``model(*batch)``, ``model(**batch)`` or ``model(batch)``)."""
+    if isinstance(batch, Mapping):
+        return model(**batch)
+    if isinstance(batch, (list, tuple)):
+        return model(*batch)
+    return model(batch)
+
+
+def resolve_trace_device(target_type: str, trace_on: str = "auto") -> torch.device:
+    """Where to trace: the target itself when it exists here, else CPU as a proxy."""
+    if trace_on == "cpu" or target_type == "cpu":
+        return torch.device("cpu")
+    if trace_on not in ("auto", "target"):
+        raise ValueError(f"trace_on={trace_on!r}; expected 'auto', 'target' or 'cpu'")
+    if target_type == "cuda" and torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    if trace_on == "target":
+        raise TraceError(f"trace_on='target' but no {target_type} device exists on this machine")
+    return torch.device("cpu")
+
+
+@contextlib.contextmanager
+def _train_mode(model: torch.nn.Module, training: bool) -> Iterator[None]:
+    modes = {m: m.training for m in model.modules()}
+    model.train(training)
+    try:
+        yield
+    finally:
+        for module, mode in modes.items():
+            module.training = mode
+
+
+def trace_step(
+    model: torch.nn.Module,
+    batch: Any,
+    step_fn: StepFn | None = None,
+    optimizer: OptimizerArg = None,
+    precision: str | int | PrecisionSpec = "32-true",
+    *,
+    target_type: str = "cuda",
+    trace_on: str = "auto",
+    train: bool = True,
+) -> Trace:
+    """Trace one training step (forward, loss, backward, optimizer step) of ``model`` on ``batch``.
+
+    ``step_fn(model, batch)`` returns the loss (a tensor, a dict with ``"loss"`` or an object with
+    ``.loss``); ``optimizer`` is an optimizer instance (its class and hyperparameters are copied),
+    a factory ``params -> optimizer``, or ``None`` for AdamW defaults. ``target_type`` is the
+    device type being predicted (``"cuda"`` or ``"cpu"``). With ``train=False`` only the forward
+    runs, in eval mode and without gradients (a validation step).
+    """
+    spec = as_precision(precision)
+    step_fn = step_fn or default_step_fn
+    device = resolve_trace_device(target_type, trace_on)
+    proxy_for_cuda = device.type == "cpu" and target_type == "cuda"
+    started = time.perf_counter()
+    recorder_ref: list[_Recorder] = []
+    module_path = _ModulePath(recorder_ref)
+    recorder = _Recorder(spec, module_path.current)
+    recorder_ref.append(recorder)
+    mappings: list[str] = []
+    if proxy_for_cuda:
+        mappings.append("traced on CPU as a proxy for CUDA")
+
+    from torch.nn.utils.stateless import _reparametrize_module
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
+        fakes, fakes_by_id = _fake_state(model, spec, device)
+        fake_batch = _fake_batch(batch, spec, device)
+        optimizer_copy = None
+        if train:
+            optimizer_copy, notes = _copy_optimizer(optimizer, model, fakes_by_id, target_type == "cuda")
+            mappings.extend(notes)
+        scaler = None
+        if train and spec.grad_scaler:
+            scaler = torch.amp.GradScaler(device.type)
+            scaler._lazy_init_scale_growth_tracker(device)  # steady state: the scale exists
+        stack.enter_context(_reparametrize_module(model, fakes, tie_weights=True, strict=False))
+        stack.enter_context(_train_mode(model, train))
+        if not train:
+            stack.enter_context(torch.no_grad())
+        stack.enter_context(module_path)
+        if proxy_for_cuda:
+            stack.enter_context(_CudaKernelChoices(recorder))
+        stack.enter_context(recorder)
+        try:
+            with recorder.in_phase("forward"), _autocast(spec, device, proxy_for_cuda, mappings):
+                output = step_fn(model, fake_batch)
+            if train:
+                loss = _loss_of(output)
+                if scaler is not None:
+                    loss = scaler.scale(loss)
+                with recorder.in_phase("backward"):
+                    loss.backward()
+                with recorder.in_phase("optimizer"):
+                    if scaler is not None:
+                        scaler.unscale_(optimizer_copy)
+                        recorder.pseudo("ptp.sync")  # GradScaler reads found_inf on the host
+                    with recorder.paused():
+                        optimizer_copy.step()  # creates lazy optimizer state, as after warm-up
+                    recorder.pseudo("ptp.optimizer_python", params=_param_count(optimizer_copy))
+                    optimizer_copy.step()
+                    if scaler is not None:
+                        scaler.update()
+                    recorder.pseudo("ptp.zero_grad", params=_param_count(optimizer_copy))
+        except Exception as exc:  # noqa: BLE001 - every failure becomes one clear TraceError
+            where = recorder.failed_op or "Python code outside any aten op"
+            raise TraceError(
+                f"could not trace the training step: {type(exc).__name__} at {where}: {exc}"
+            ) from exc
+
+    unique = list(dict.fromkeys(model.parameters()))
+    return Trace(
+        ops=recorder.ops,
+        precision=spec,
+        trace_device=device.type,
+        target_type=target_type,
+        param_count=sum(p.numel() for p in unique),
+        param_tensors=len(unique),
+        trainable_tensors=sum(1 for p in unique if p.requires_grad),
+        param_bytes=sum(p.numel() * torch.empty((), dtype=_float_dtype_for(p, spec)).element_size() for p in unique),
+        trace_s=time.perf_counter() - started,
+        mappings=tuple(mappings),
+        optimizer_name=type(optimizer_copy).__name__ if optimizer_copy is not None else "",
+    )
+
+
+def _param_count(optimizer: torch.optim.Optimizer) -> int:
+    return sum(len(g["params"]) for g in optimizer.param_groups)
+
+
+@contextlib.contextmanager
+def _autocast(spec: PrecisionSpec, device: torch.device, proxy_for_cuda: bool, mappings: list[str]) -> Iterator[None]:
+    if spec.autocast_dtype is None:
+        yield
+        return
+    with contextlib.ExitStack() as stack:
+        if proxy_for_cuda:
+            stack.enter_context(cuda_autocast_on_cpu())
+            if "autocast: CUDA cast policy replayed on CPU" not in mappings:
+                mappings.append("autocast: CUDA cast policy replayed on CPU")
+        stack.enter_context(torch.autocast(device.type, dtype=spec.autocast_dtype))
+        yield
