@@ -20,6 +20,7 @@ from .tracer import Trace, TraceError, trace_step
 
 __all__ = [
     "DeviceSpec",
+    "PrecisionTimeCallback",
     "PrecisionSpec",
     "StepPrediction",
     "Trace",
@@ -32,3 +33,11 @@ __all__ = [
     "trace_step",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):  # noqa: ANN202 - lazy: the core must not import Lightning
+    if name == "PrecisionTimeCallback":
+        from .integrations.lightning import PrecisionTimeCallback
+
+        return PrecisionTimeCallback
+    raise AttributeError(f"module 'ptp_callback' has no attribute {name!r}")

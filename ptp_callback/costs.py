@@ -14,7 +14,8 @@ Op classes:
 ``conv_dw``     grouped/depthwise convolutions: little math per byte, memory-bound
 ``attention``   fused scaled-dot-product attention, forward and backward
 ``norm``        layer/group/RMS norm and their backward
-``batch_norm``  batch norm and its backward (own kernels, dtype-dependent on CUDA)
+``batch_norm``  batch norm run by cuDNN (CUDA's choice for fp32, and fp16 input with fp32 weights)
+``batch_norm_native`` batch norm run by PyTorch's own kernels (bf16, or fp16 weights), slower
 ``reduction``   sums, means, softmax, log-softmax, losses and their backward
 ``elementwise`` pointwise math and data movement (copy, cat, index, pad, fill, dropout)
 ``cast``        dtype conversions (autocast's casts and their backward)
@@ -127,7 +128,10 @@ class OpCost:
     other kernels than their forward); ``misaligned`` a tensor-core GEMM with a dimension that is
     not a multiple of 16 bytes (cuBLAS then falls back to slow unvectorized kernels: a vocabulary
     of 50257 does this); ``aux_bytes`` memory-bound side work inside a compute op (the bias
-    gradient a convolution backward reduces); ``dropout`` fused attention that applies dropout.
+    gradient a convolution backward reduces); ``dropout`` fused attention that applies dropout;
+    ``gemms`` the implicit GEMMs ``(batch, m, n, k)`` of a convolution (forward: one; backward: data
+    and weight gradients); ``layout_bytes`` the activation traffic of converting NCHW tensors to the
+    NHWC layout tensor-core convolutions run in, and back.
     """
 
     op_class: str
@@ -141,6 +145,8 @@ class OpCost:
     misaligned: bool = False
     aux_bytes: float = 0.0
     dropout: bool = False
+    gemms: tuple[tuple[int, int, int, int], ...] = ()
+    layout_bytes: float = 0.0
 
 
 @lru_cache(maxsize=None)
@@ -166,13 +172,21 @@ def op_kind(func: torch._ops.OpOverload) -> str:
     return "kernel"
 
 
-def _tensor_bytes(t: torch.Tensor) -> int:
+# Kernels whose time on CUDA follows the element count, not the bytes: NCHW batch norm, pooling and
+# depthwise convolution took the same time in fp16/bf16 as in fp32 on the H100 (../shared/h100
+# profiles), so their traffic is counted at fp32 width.
+_ELEMENT_BOUND = frozenset(("batch_norm", "batch_norm_native", "pool", "conv_dw"))
+
+
+def _tensor_bytes(t: torch.Tensor, min_width: int = 1) -> int:
     # A broadcast (expanded) view reads its storage, not its numel; a slice reads its numel.
-    nbytes = t.numel() * t.element_size()
+    width = max(t.element_size(), min_width)
+    nbytes = t.numel() * width
     try:
         storage = t.untyped_storage().nbytes()
     except (RuntimeError, NotImplementedError):
         return nbytes
+    storage = storage * width // max(1, t.element_size())
     return min(nbytes, storage) if storage else nbytes
 
 
@@ -253,6 +267,63 @@ def _attention_flops(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> 
     return float(flops), causal, dropout
 
 
+def _spatial(shape: torch.Size) -> int:
+    return math.prod(shape[2:]) if len(shape) > 2 else 1
+
+
+def _conv_gemms(func: torch._ops.OpOverload, args: tuple, kwargs: dict, flops: float) -> tuple[tuple[int, int, int, int], ...]:
+    """The implicit GEMMs of a dense convolution, ``(1, m, n, k)`` each.
+
+    Forward: m = N x output pixels, n = C_out, k = C_in x kernel. Backward: data gradient with
+    m = N x input pixels, n = C_in, k = C_out x kernel; weight gradient with m = C_out,
+    n = C_in x kernel, k = N x output pixels (cuDNN's implicit-GEMM formulation).
+    """
+    name = func.overloadpacket.__name__
+    try:
+        if name == "convolution_backward":
+            grad_out, data, weight = args[0], args[1], args[2]
+            mask = _arg(func, args, kwargs, "output_mask", [True, True, False])
+            kernel = math.prod(weight.shape[2:])
+            batch = data.shape[0]
+            gemms = []
+            if mask[0]:
+                gemms.append((1, batch * _spatial(data.shape), data.shape[1], grad_out.shape[1] * kernel))
+            if mask[1]:
+                gemms.append((1, grad_out.shape[1], data.shape[1] * kernel, batch * _spatial(grad_out.shape)))
+            return tuple(gemms)
+        data, weight = args[0], args[1]
+        m = data.shape[0] * _spatial(data.shape) if _arg(func, args, kwargs, "transposed", False) else 0
+        n = weight.shape[0]
+        k = weight.shape[1] * math.prod(weight.shape[2:])
+        m = m or max(1, int(round(flops / (2.0 * n * k)))) if n and k else 1
+        return ((1, m, n, k),)
+    except (AttributeError, IndexError, TypeError, ZeroDivisionError):
+        return ()
+
+
+def _nchw_bytes(func: torch._ops.OpOverload, args: tuple, kwargs: dict, outputs: list[torch.Tensor]) -> float:
+    """Bytes cuDNN moves converting channels-first activations to NHWC and back (0 if already NHWC)."""
+    tensors = [t for t in list(args[:2]) + outputs if isinstance(t, torch.Tensor) and t.dim() == 4]
+    if not tensors or tensors[0].is_contiguous(memory_format=torch.channels_last):
+        return 0.0
+    return float(sum(2 * t.numel() * t.element_size() for t in tensors if t.shape[1] > 1 or t.dim() != 4))
+
+
+def _cudnn_batch_norm(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> bool:
+    """CUDA's rule (aten/src/ATen/native/Normalization.cpp, _batch_norm_impl_index): cuDNN runs
+    batch norm unless the input or weight is bf16, or the input is fp16 with non-fp32 weights."""
+    data = _arg(func, args, kwargs, "input", None)
+    if data is None:
+        data = _arg(func, args, kwargs, "grad_out", None)
+    weight = _arg(func, args, kwargs, "weight", None)
+    if not isinstance(data, torch.Tensor):
+        return True
+    weight_dtype = weight.dtype if isinstance(weight, torch.Tensor) else torch.float32
+    if torch.bfloat16 in (data.dtype, weight_dtype):
+        return False
+    return not (data.dtype == torch.float16 and weight_dtype != torch.float32)
+
+
 def describe_op(
     func: torch._ops.OpOverload,
     args: tuple,
@@ -293,6 +364,8 @@ def describe_op(
     flops = 0.0
     gemm = None
     causal = dropout = False
+    gemms: tuple[tuple[int, int, int, int], ...] = ()
+    layout = 0.0
     if op_class == "gemm":
         formula = _FLOP_FORMULAS.get(func.overloadpacket)
         flops = float(formula(*args, **kwargs, out_val=out)) if formula else 0.0
@@ -302,13 +375,19 @@ def describe_op(
     elif op_class == "conv":
         formula = _FLOP_FORMULAS.get(func.overloadpacket)
         flops = float(formula(*args, **kwargs, out_val=out)) if formula else 0.0
-        groups = args[8] if name == "convolution" and len(args) > 8 else (args[9] if name == "convolution_backward" and len(args) > 9 else 1)
+        groups = _arg(func, args, kwargs, "groups", 1)
         if groups and groups > 1:
             op_class = "conv_dw"
-        elif dtype_key == "fp32" and conv_tf32:
-            dtype_key = "tf32"
+        else:
+            if dtype_key == "fp32" and conv_tf32:
+                dtype_key = "tf32"
+            gemms = _conv_gemms(func, args, kwargs, flops)
+            if dtype_key != "fp32" and dtype_key != "fp64":
+                layout = _nchw_bytes(func, args, kwargs, outputs)
     elif op_class == "attention":
         flops, causal, dropout = _attention_flops(func, args, kwargs)
+    elif op_class == "batch_norm" and not _cudnn_batch_norm(func, args, kwargs):
+        op_class = "batch_norm_native"
     elif op_class is None:
         op_class = "elementwise"
         if name == "copy_" and len(args) > 1 and isinstance(args[1], torch.Tensor):
@@ -318,6 +397,10 @@ def describe_op(
         if name in _FILL_OPS:
             read = 0  # write-only kernels (their "inputs" are shapes or a template)
 
+    if op_class in _ELEMENT_BOUND:
+        read = sum(_tensor_bytes(t, 4) for t in inputs if t.is_floating_point())
+        read += sum(_tensor_bytes(t) for t in inputs if not t.is_floating_point())
+        written = sum(_tensor_bytes(t, 4 if t.is_floating_point() else 1) for t in outputs)
     kernels = _KERNELS.get(name, 1)
     misaligned = False
     aux = 0.0
@@ -328,4 +411,4 @@ def describe_op(
         aux = float(_tensor_bytes(args[0]))  # grad_output read once more for the bias gradient
         kernels += 1
     return OpCost(op_class, flops, float(read + written), kernels, dtype_key, gemm, causal,
-                  "backward" in name, misaligned, aux, dropout)
+                  "backward" in name, misaligned, aux, dropout, gemms, layout)

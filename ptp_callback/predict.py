@@ -12,8 +12,10 @@ Kernel time per op class, on the device's peaks and the class coefficients:
 * ``gemm``: wave-quantized tiles (NeuSight-style): CTAs = tiles x split-K, waves = ceil(CTAs/SMs),
   each tile costs ``2*Mt*Nt*(K/split + k_fill)`` FLOPs at the tile's share of peak; the best tile
   and split-K is taken, as cuBLAS heuristics do, and never less than the memory time;
-* ``conv`` and ``attention``: FLOPs / (peak x efficiency), attention's efficiency growing with the
-  key length a query block sweeps (halved for causal) and dropout in the kernel costing extra;
+* ``conv``: its implicit GEMMs (forward; data and weight gradients) through the same wave model at
+  a convolution efficiency, plus cuDNN's NCHW<->NHWC conversions for tensor-core math;
+* ``attention``: FLOPs / (peak x efficiency), the efficiency growing with the key length a query
+  block sweeps (halved for causal), dropout in the kernel costing extra;
 * everything else: bytes / (bandwidth x class efficiency);
 * plus a fixed floor per kernel. On a CPU target the two timelines are one thread.
 """
@@ -54,16 +56,31 @@ def _bandwidth(device: DeviceSpec) -> float:
 
 
 def gemm_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> float:
-    """Wave-quantized GEMM time (see module doc)."""
+    """Time of a GEMM op: wave-quantized tiles on a GPU, a measured-rate roofline on a CPU."""
     batch, m, n, k = cost.gemm or (1, 1, 1, 1)
     peak = peak_flops(device, cost.dtype)
+    memory = cost.bytes / (_bandwidth(device) * coef.memory_efficiency("gemm", cost.dtype))
+    if coef.extra.get("gemm_model") == "roofline":
+        # A CPU: measured rates, ramping up with the work per call (threads need enough of it).
+        half = coef.extra.get("gemm_half_rate_flops", {}).get(cost.dtype, 0.0)
+        rate = peak * lookup(coef.gemm_eff, "gemm", cost.dtype, False, 1.0) * cost.flops / (cost.flops + half)
+        return max(cost.flops / rate, memory)
     if cost.misaligned:
         # Unvectorized fallback kernels: a flat fraction of peak, whatever the shape.
-        seconds = cost.flops / (peak * lookup(coef.gemm_eff, "misaligned", cost.dtype, False, 0.15))
-        return max(seconds, cost.bytes / (_bandwidth(device) * coef.memory_efficiency("gemm", cost.dtype)))
-    per_sm = peak * lookup(coef.gemm_eff, "gemm", cost.dtype, False, 0.7) / device.sm_count
-    k_fill = lookup(coef.gemm_k_fill, "gemm", cost.dtype, False, 64.0)
-    family = "simt" if cost.dtype in ("fp32", "fp64") else "tensor"
+        return max(cost.flops / (peak * lookup(coef.gemm_eff, "misaligned", cost.dtype, False, 0.15)), memory)
+    return max(wave_seconds(batch, m, n, k, cost.dtype, device, coef), memory)
+
+
+def wave_seconds(batch: int, m: int, n: int, k: int, dtype: str, device: DeviceSpec, coef: CostCoefficients,
+                 scale: float = 1.0) -> float:
+    """Wave-quantized time of one ``batch x (m x k) @ (k x n)`` GEMM (see module doc).
+
+    ``scale`` multiplies the efficiency (convolutions run as implicit GEMMs a little less
+    efficiently than cuBLAS GEMMs).
+    """
+    per_sm = peak_flops(device, dtype) * lookup(coef.gemm_eff, "gemm", dtype, False, 0.7) * scale / device.sm_count
+    k_fill = lookup(coef.gemm_k_fill, "gemm", dtype, False, 64.0)
+    family = "simt" if dtype in ("fp32", "fp64") else "tensor"
     best = math.inf
     for rows, cols, size in _TILES[family]:
         tile_rate = per_sm * coef.gemm_tile_eff[size]
@@ -76,8 +93,22 @@ def gemm_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> fl
             if split > 1:  # fp32 partial sums written, then read back and reduced
                 seconds += 2.0 * split * batch * m * n * 4 / (_bandwidth(device) * coef.memory_efficiency("elementwise", "fp32"))
             best = min(best, seconds)
-    memory = cost.bytes / (_bandwidth(device) * coef.memory_efficiency("gemm", cost.dtype))
-    return max(best, memory)
+    return best
+
+
+def conv_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> float:
+    """A dense convolution: its implicit GEMMs through the wave model at the conv efficiency, plus
+    the NCHW<->NHWC conversions of tensor-core math and the bias-gradient reduction."""
+    bandwidth = _bandwidth(device)
+    scale = lookup(coef.conv_eff, "conv", cost.dtype, cost.backward, 0.8)
+    if cost.gemms and coef.extra.get("gemm_model") != "roofline":
+        compute = sum(wave_seconds(b, m, n, k, cost.dtype, device, coef, scale) for b, m, n, k in cost.gemms)
+    else:
+        compute = cost.flops / (peak_flops(device, cost.dtype) * lookup(coef.gemm_eff, "gemm", cost.dtype, False, 0.7) * scale)
+    memory = cost.bytes / (bandwidth * coef.memory_efficiency("conv", cost.dtype, cost.backward))
+    layout = cost.layout_bytes * coef.extra.get("conv_layout_passes", 1.0) / (bandwidth * coef.memory_efficiency("elementwise", cost.dtype))
+    aux = cost.aux_bytes / (bandwidth * coef.memory_efficiency("reduction", cost.dtype))
+    return max(compute, memory) + layout + aux
 
 
 def attention_seconds(op: OpRecord, device: DeviceSpec, coef: CostCoefficients) -> float:
@@ -107,11 +138,7 @@ def kernel_seconds(op: OpRecord, device: DeviceSpec, coef: CostCoefficients) -> 
     if cost.op_class == "gemm" and cost.gemm is not None:
         return floor + gemm_seconds(cost, device, coef)
     if cost.op_class == "conv":
-        eff = lookup(coef.conv_eff, "conv", cost.dtype, cost.backward, 0.4)
-        compute = cost.flops / (peak_flops(device, cost.dtype) * eff)
-        memory = cost.bytes / (bandwidth * coef.memory_efficiency("conv", cost.dtype, cost.backward))
-        aux = cost.aux_bytes / (bandwidth * coef.memory_efficiency("reduction", cost.dtype))
-        return floor + max(compute, memory) + aux
+        return floor + conv_seconds(cost, device, coef)
     if cost.op_class == "attention":
         return floor + attention_seconds(op, device, coef)
     efficiency = coef.memory_efficiency(cost.op_class, cost.dtype, cost.backward)
@@ -168,15 +195,21 @@ def simulate(
     device: DeviceSpec,
     coef: CostCoefficients,
     corrections: dict[str, float] | None = None,
-    *,
-    synchronous: bool = False,
 ) -> StepPrediction:
-    """Run the host and device timelines over the trace (``synchronous`` for a CPU target)."""
+    """Run the host and device timelines over the trace; on a CPU (coefficients marked
+    ``synchronous``) they are one thread.
+
+    ``corrections`` multiply the kernel time of an op class (``{"gemm": 1.1}``) or, under the
+    key ``"host"``, all host time: online calibration supplies them.
+    """
     corrections = corrections or {}
-    host = dev = end = 0.0
-    host_busy = dev_busy = 0.0
+    synchronous = bool(coef.extra.get("synchronous", False))
+    host = end = coef.host_step_s * corrections.get("host", 1.0)
+    dev = 0.0
+    host_busy, dev_busy = host, 0.0
     by_phase = dict.fromkeys(PHASES, 0.0)
-    by_class: dict[str, float] = {}
+    by_phase["forward"] = end  # the step's own Python (loop, autocast, backward call) happens on the host
+    by_class: dict[str, float] = {"host": end}
     kernel_times: list[float] = []
     host_factor = corrections.get("host", 1.0)
     for op in trace.ops:

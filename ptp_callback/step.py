@@ -10,6 +10,7 @@ from .coefficients import CostCoefficients, coefficients_for
 from .devices import DeviceSpec, get_device
 from .precision import PrecisionSpec, as_precision
 from .predict import StepPrediction, simulate
+from .probe import cpu_coefficients, cpu_spec, probe_device, refine_with_probe
 from .tracer import OptimizerArg, StepFn, trace_step
 
 
@@ -22,6 +23,7 @@ def predict_step(
     device: str | torch.device | DeviceSpec = "h100-sxm",
     *,
     trace_on: str = "auto",
+    probe: bool = False,
     coefficients: CostCoefficients | None = None,
     corrections: dict[str, float] | None = None,
 ) -> StepPrediction:
@@ -31,11 +33,31 @@ def predict_step(
     ``optimizer`` is an optimizer instance (class and hyperparameters are copied), a factory, or
     ``None`` for AdamW defaults; ``precision`` a Lightning precision string (TF32 flags are read
     from torch now); ``device`` a short name (``"h100-sxm"``), a ``torch.cuda.get_device_name()``
-    string, a ``torch.device`` or a :class:`DeviceSpec`. Nothing of the model or optimizer is
-    changed and no device memory is allocated.
+    string, a ``torch.device`` or a :class:`DeviceSpec`; ``"cpu"`` is measured by a quick probe
+    (cached on disk), and ``probe=True`` refines a local GPU's table numbers the same way. Nothing
+    of the model or optimizer is changed and no device memory is allocated by the trace.
     """
     spec = as_precision(precision)
-    target = get_device(device)
-    trace = trace_step(model, batch, step_fn, optimizer, spec, target_type="cuda", trace_on=trace_on)
-    coef = coefficients or coefficients_for(target.arch)
-    return simulate(trace, target, coef, corrections)
+    target, coef = resolve_device(device, probe=probe)
+    trace = trace_step(model, batch, step_fn, optimizer, spec, target_type="cpu" if target.arch == "cpu" else "cuda",
+                       trace_on=trace_on)
+    return simulate(trace, target, coefficients or coef, corrections)
+
+
+def resolve_device(device: str | torch.device | DeviceSpec, *, probe: bool = False) -> tuple[DeviceSpec, CostCoefficients]:
+    """The device spec and its coefficients: from the table, or measured for a CPU.
+
+    ``"cpu"`` (or a CPU ``torch.device``) is probed (cached on disk). With ``probe=True`` a local
+    CUDA device's table numbers are refined by a quick measurement.
+    """
+    if isinstance(device, DeviceSpec):
+        return device, coefficients_for(device.arch)
+    as_device = torch.device(device) if isinstance(device, torch.device) or str(device).split(":")[0] in ("cpu", "cuda") else None
+    if as_device is not None and as_device.type == "cpu":
+        result = probe_device(as_device)
+        return cpu_spec(result), cpu_coefficients(result)
+    spec = get_device(device)
+    coef = coefficients_for(spec.arch)
+    if probe and as_device is not None and as_device.type == "cuda" and torch.cuda.is_available():
+        spec, coef = refine_with_probe(spec, coef, probe_device(as_device))
+    return spec, coef

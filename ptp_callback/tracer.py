@@ -77,6 +77,28 @@ class OpRecord:
     views: int = 0
     module_calls: int = 0
     params: int = 0
+    replay: Any = field(default=None, repr=False, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """A tensor argument of a recorded op, enough to rebuild one for timing it in isolation."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+
+def _replay_spec(args: tuple, kwargs: dict) -> tuple[Any, dict]:
+    def spec(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return TensorSpec(tuple(value.shape), value.dtype)
+        if isinstance(value, (list, tuple)):
+            return type(value)(spec(v) for v in value)
+        if isinstance(value, torch.device):
+            return None  # filled in with the device the op is replayed on
+        return value
+
+    return spec(args), {k: spec(v) for k, v in kwargs.items() if k != "device"}
 
 
 @dataclass
@@ -159,7 +181,8 @@ class _Recorder(TorchDispatchMode):
         in_shapes, in_dtypes = _meta_of((args, kwargs))
         out_shapes, out_dtypes = _meta_of(out)
         self.ops.append(OpRecord(str(func), self.phase, self.module_of(), cost, in_shapes, in_dtypes,
-                                 out_shapes, out_dtypes, self.views, self.module_calls))
+                                 out_shapes, out_dtypes, self.views, self.module_calls,
+                                 replay=_replay_spec(args, kwargs) if cost.kernels else None))
         self.views = 0
         self.module_calls = 0
         return out

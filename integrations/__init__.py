@@ -1,0 +1,1 @@
+"""Framework integrations of ptp_callback (packaged as ``ptp_callback.integrations``)."""

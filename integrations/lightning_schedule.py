@@ -1,0 +1,344 @@
+"""Read a Lightning ``Trainer`` into a :class:`ptp_callback.schedule.FitSchedule`.
+
+Call :func:`read_schedule` from ``Callback.on_fit_start`` **on every rank**: it may load the train and
+val dataloaders (``_FitLoop.setup_data`` / ``_EvaluationLoop.setup_data``, the same calls
+``trainer.estimated_stepping_batches`` and the fit loop make), which run ``has_len_all_ranks`` and
+``strategy.barrier`` collectives in DDP. Calling it on rank 0 only would hang the other ranks.
+
+Example::
+
+    class ShowETA(lightning.pytorch.Callback):
+        def on_fit_start(self, trainer, pl_module):
+            self.schedule = read_schedule(trainer)          # every rank
+
+        def on_train_batch_end(self, trainer, *args):
+            done = trainer.fit_loop.epoch_loop.batch_progress.total.ready
+            left = self.schedule.remaining(done)             # train batches, steps, val runs left
+            ...
+
+Rules reproduced from Lightning 2.6 (file / function):
+
+* epoch length: ``trainer.num_training_batches`` = ``_FitLoop.max_batches`` after
+  ``_FitLoop.setup_data`` (``len(dataloader)``, so ``drop_last`` and the DDP sampler are included,
+  then ``limit_train_batches`` via ``data_connector._parse_num_batches``);
+* optimizer steps: ``training_epoch_loop._should_accumulate``: a step when the in-epoch batch counter is
+  a multiple of ``accumulate_grad_batches`` *or* the batch is the epoch's last (unless
+  ``strategy.handles_gradient_accumulation``, e.g. DeepSpeed);
+* stopping: ``_FitLoop.done`` / ``_TrainingEpochLoop.done``: ``global_step >= max_steps`` right after
+  the batch that steps (mid-epoch if need be), ``epoch_progress.current.processed >= max_epochs``
+  between epochs; ``max_epochs=None`` means 1000 without ``max_steps``/``Timer``, else unbounded
+  (``loops.utilities._parse_loop_limits``);
+* validation: ``_TrainingEpochLoop._should_check_val_fx`` runs after a batch (also the very last batch of
+  the fit) when ``(current_epoch + 1) % check_val_every_n_epoch == 0`` and ``(batch_idx + 1) %
+  val_check_batch == 0`` -- or ``(total_batch_idx + 1) % val_check_batch == 0`` when
+  ``check_val_every_n_epoch is None``; ``val_check_batch`` comes from ``_FitLoop.setup_data``
+  (``int(num_training_batches * val_check_interval)`` for a float, at least 1);
+  ``trainer._val_check_time_interval`` (seconds) replaces all that for a time interval;
+  a validation run needs ``trainer.enable_validation`` and a non-empty val loader
+  (``_EvaluationLoop.skip``);
+* sanity check: ``Trainer._run_sanity_check``: ``sum(min(num_sanity_val_steps, n))`` batches, skipped
+  when the val loop is restarting (a resume that is mid-epoch or ``max_steps``-based);
+* resume: the loops are restored *after* ``on_fit_start`` (``Trainer._run``: ``restore_training_state``),
+  so at ``on_fit_start`` the position comes from the loaded checkpoint's ``loops.fit_loop`` counters,
+  replayed through ``_FitLoop.reset`` / ``_TrainingEpochLoop.reset`` / ``advance`` restart logic
+  (see :func:`_resume_start`).
+
+Limits: early stopping and ``max_time`` stop the fit early (``max_time_s`` is reported, not applied);
+with FSDP / DeepSpeed / ModelParallel (``strategy.restore_checkpoint_after_setup``) the checkpoint is not
+loaded yet at ``on_fit_start``, so a resume is read as a fresh fit; a checkpoint saved in the middle of a
+validation run makes Lightning finish that run first (not counted); manual optimization is assumed to
+step once per batch; ``reload_dataloaders_every_n_epochs`` with changing lengths is not followed.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Timer
+
+from ptp_callback.schedule import EPOCH_END, FitSchedule, FitStart, build_schedule
+
+__all__ = ["read_schedule"]
+
+
+def read_schedule(trainer: "pl.Trainer") -> FitSchedule:
+    """The schedule of the ``trainer.fit`` that is starting; call at ``on_fit_start`` on every rank.
+
+    May load the train dataloader (as ``trainer.estimated_stepping_batches`` does) and the val
+    dataloader (as the fit loop does at ``on_train_start``); Lightning then reuses them. When that would
+    lose a stateful train dataloader's checkpointed state (Lightning issue #20550), the loader is
+    dropped again so that Lightning reloads and restores it.
+    """
+    fit_loop = trainer.fit_loop
+    lm = trainer.lightning_module
+    ckpt_state = _checkpoint_fit_loop_state(trainer)
+
+    # --- training data --------------------------------------------------------------------------
+    loaded_train = False
+    if fit_loop._combined_loader is None:
+        fit_loop.setup_data()  # collective in DDP; no-op without training_step / limit_train_batches=0
+        loaded_train = fit_loop._combined_loader is not None
+    if loaded_train and ckpt_state is not None and ckpt_state.get("state_dict", {}).get("combined_loader"):
+        _drop_train_loader(fit_loop)  # keep Lightning's restore of the loader state working
+
+    # no loader means no training: limit_train_batches=0 (setup_data returns before loading)
+    has_loader = loaded_train or fit_loop._combined_loader is not None
+    n_train = trainer.num_training_batches if has_loader else 0
+    B = None if n_train == float("inf") else int(n_train)
+
+    # --- validation ---------------------------------------------------------------------------------
+    val_loop = fit_loop.epoch_loop.val_loop
+    enable_val = trainer.enable_validation
+    if enable_val and val_loop._combined_loader is None:
+        stage = trainer.state.stage
+        trainer.validating = True  # as _FitLoop.on_run_start does around the same call
+        try:
+            val_loop.setup_data()  # collective in DDP
+        finally:
+            trainer.state.stage = stage
+    val_counts = list(val_loop._max_batches) if enable_val else []
+    val_per_run = _sum_or_none(val_counts)
+    time_interval = getattr(trainer, "_val_check_time_interval", None)
+    vcb = _val_check_batch(trainer) if enable_val else None
+
+    # --- limits ---------------------------------------------------------------------------------------
+    max_epochs = trainer.max_epochs
+    max_epochs = None if max_epochs is None or max_epochs == -1 else max_epochs
+    max_steps = None if trainer.max_steps == -1 else trainer.max_steps
+    acc = trainer.accumulate_grad_batches
+    step_on_end = not trainer.strategy.handles_gradient_accumulation
+
+    # --- resume ------------------------------------------------------------------------------------------
+    loaded = ckpt_state is not None
+    state = ckpt_state if loaded else fit_loop.state_dict()
+    restarting = loaded and _restarting(state, iteration_based=trainer.max_steps != -1)
+    start = _resume_start(
+        state,
+        loaded=loaded,
+        restarting=restarting,
+        batches_per_epoch=B,
+        iteration_based=trainer.max_steps != -1,
+        automatic_optimization=lm.automatic_optimization,
+        val_check=_pre_val_check(trainer, enable_val, vcb),
+    )
+
+    sanity = 0
+    if enable_val and trainer.num_sanity_val_steps > 0 and not restarting:
+        sanity = _sum_or_none([min(trainer.num_sanity_val_steps, n) for n in val_counts])
+
+    return build_schedule(
+        batches_per_epoch=B,
+        accumulate=acc,
+        max_epochs=max_epochs,
+        max_steps=max_steps,
+        val_check_batch=None if time_interval is not None else vcb,
+        check_val_every_n_epoch=trainer.check_val_every_n_epoch,
+        val_batches_per_run=val_per_run if enable_val else 0,
+        val_every_s=float(time_interval) if time_interval is not None and enable_val else None,
+        sanity_batches=sanity,
+        max_time_s=_max_time(trainer),
+        start=start,
+        step_on_epoch_end=step_on_end,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+
+
+def _sum_or_none(counts: list[int | float]) -> int | None:
+    total = sum(counts)
+    return None if math.isinf(total) else int(total)
+
+
+def _val_check_batch(trainer: "pl.Trainer") -> int | None:
+    """``trainer.val_check_batch`` as the pure layer wants it (``EPOCH_END`` for Lightning's ``inf``)."""
+    vcb = trainer.val_check_batch
+    if vcb is None:
+        return None
+    if vcb == float("inf"):
+        # _should_check_val_fx: an unsized loader validates on its last batch; with an int
+        # limit_train_batches, when (batch_idx + 1) % limit == 0 -- the epoch's last batch as well
+        return EPOCH_END
+    return int(vcb)
+
+
+def _max_time(trainer: "pl.Trainer") -> float | None:
+    # Trainer(max_time=...) adds a Timer (callback_connector._configure_timer_callback); a user Timer
+    # takes its place. Its clock includes time restored from a checkpoint (Timer._offset).
+    for cb in trainer.callbacks:
+        if isinstance(cb, Timer) and cb._duration is not None:
+            return float(cb._duration)
+    return None
+
+
+def _drop_train_loader(fit_loop: Any) -> None:
+    if fit_loop._data_fetcher is not None:
+        fit_loop._data_fetcher.teardown()
+    fit_loop._data_fetcher = None
+    fit_loop._combined_loader = None
+    fit_loop._last_train_dl_reload_epoch = float("-inf")
+
+
+def _checkpoint_fit_loop_state(trainer: "pl.Trainer") -> dict | None:
+    """The checkpoint's ``loops.fit_loop`` state when ``fit(ckpt_path=...)`` loaded one, else ``None``.
+
+    ``_CheckpointConnector.resume_start`` loads the file before ``on_fit_start`` and keeps it in
+    ``_loaded_checkpoint`` until ``resume_end``; the loops themselves are restored only after the hook.
+    """
+    ckpt = getattr(trainer._checkpoint_connector, "_loaded_checkpoint", None) or {}
+    return (ckpt.get("loops") or {}).get("fit_loop")
+
+
+# --- replay of Lightning's restart logic ---------------------------------------------------------------
+
+_ZERO = {"ready": 0, "started": 0, "processed": 0, "completed": 0}
+
+
+def _tracker(state: dict, key: str, part: str) -> dict:
+    return dict(_ZERO, **state.get(key, {}).get(part, {}))
+
+
+def _restarting(state: dict, iteration_based: bool) -> bool:
+    """``_FitLoop.restarting`` setter: restart when the last epoch is unfinished or max_steps is set."""
+    cur = _tracker(state, "epoch_progress", "current")
+    unfinished = cur["ready"] != cur["processed"] or cur["started"] != cur["processed"]
+    return unfinished or iteration_based
+
+
+def _pre_val_check(trainer: "pl.Trainer", enable_val: bool, vcb: int | None) -> Callable[..., bool]:
+    """``_TrainingEpochLoop._should_check_val_fx`` evaluated on the restored (pre-batch) counters."""
+    every_n = trainer.check_val_every_n_epoch
+    time_based = getattr(trainer, "_val_check_time_interval", None) is not None
+    int_limit = isinstance(trainer.limit_train_batches, int)
+
+    def check(epoch: int, in_epoch: int, total: int, is_last: bool) -> bool:
+        if not enable_val or vcb is None and not time_based:
+            return False
+        if every_n is not None and (epoch + 1) % every_n != 0:
+            return False
+        if vcb == EPOCH_END and is_last:
+            return True
+        if time_based:
+            return False  # the clock was just reset in setup_data
+        if vcb == EPOCH_END:
+            return int_limit and in_epoch % trainer.limit_train_batches == 0
+        assert vcb is not None
+        return (total if every_n is None else in_epoch) % vcb == 0
+
+    return check
+
+
+def _resume_start(
+    state: dict,
+    *,
+    loaded: bool,
+    restarting: bool,
+    batches_per_epoch: int | None,
+    iteration_based: bool,
+    automatic_optimization: bool,
+    val_check: Callable[..., bool],
+) -> FitStart:
+    """Replay the restart bookkeeping Lightning does on ``state`` before its first training batch.
+
+    Mirrors, in order: ``_FitLoop.update_restart_stage`` / ``reset`` / ``on_run_start``,
+    ``_TrainingEpochLoop.update_restart_stage`` / ``reset`` and the restart branch at the top of
+    ``_TrainingEpochLoop.advance``. On a fresh trainer every counter is 0 and this gives ``FitStart()``.
+    """
+    R = restarting
+    ep_tot = _tracker(state, "epoch_progress", "total")
+    ep = _tracker(state, "epoch_progress", "current")
+    bp_tot = _tracker(state, "epoch_loop.batch_progress", "total")
+    bp = _tracker(state, "epoch_loop.batch_progress", "current")
+    is_last = bool(state.get("epoch_loop.batch_progress", {}).get("is_last_batch", False))
+    vp_tot = _tracker(state, "epoch_loop.val_loop.batch_progress", "total")
+    val_is_last = bool(state.get("epoch_loop.val_loop.batch_progress", {}).get("is_last_batch", False))
+
+    def same(t: dict, d_started: int, d_processed: int, d_completed: int) -> bool:
+        # started == ready + d_started, processed == started + d_processed, completed == processed + ...
+        return (
+            t["started"] == t["ready"] + d_started
+            and t["processed"] == t["started"] + d_processed
+            and t["completed"] == t["processed"] + d_completed
+        )
+
+    # _FitLoop.update_restart_stage
+    fit_stage = "none"
+    if R and same(ep_tot, -1, 0, 0):
+        fit_stage = "epoch_start"
+    elif R and same(ep_tot, 0, -1, 0):
+        fit_stage = "mid_epoch"
+    elif R and same(ep_tot, 0, 0, -1):
+        fit_stage = "epoch_end"
+    elif loaded and same(ep_tot, 0, 0, -1):
+        fit_stage = "resumed_epoch_end"
+    # _TrainingEpochLoop.update_restart_stage
+    batch_stage = "none"
+    if R and same(bp_tot, 0, 0, -1):
+        batch_stage = "train_batch_end"
+    elif R and same(bp_tot, 0, 0, 0):
+        batch_stage = "last"
+    # _EvaluationLoop.update_restart_stage
+    val_mid = R and same(vp_tot, 0, -1, 0)
+
+    # _FitLoop.reset
+    if fit_stage == "epoch_start":
+        ep.update(ready=ep["completed"], started=ep["completed"], processed=ep["completed"])
+    if fit_stage == "resumed_epoch_end":
+        ep["completed"] += 1
+    if batch_stage == "train_batch_end" and is_last:
+        if fit_stage == "mid_epoch":
+            ep["processed"] += 1
+            ep["completed"] += 1
+        elif not val_is_last:
+            ep["completed"] += 1
+    # _FitLoop.on_run_start
+    if not iteration_based:
+        ep["completed"] = ep["processed"]
+    epoch, counted = ep["completed"], ep["processed"]
+
+    # _TrainingEpochLoop.reset
+    B = batches_per_epoch
+    if batch_stage == "train_batch_end":
+        bp["completed"] += 1
+        bp_tot["completed"] += 1
+        if B is not None and bp["completed"] >= B:
+            bp = dict(_ZERO)
+            is_last = False
+    if R:
+        bp.update(ready=bp["completed"], started=bp["completed"], processed=bp["completed"])
+    else:
+        bp = dict(_ZERO)
+        is_last = False
+    r, position = bp["ready"], bp_tot["ready"]
+
+    # _TrainingEpochLoop.advance, first iteration: a restart that lands on a validation batch either
+    # finishes that validation or skips it, and trains nothing in that iteration.
+    trains_first = True
+    if R and val_check(epoch, r, position, is_last) and (val_mid or batch_stage == "last"):
+        trains_first = False
+    first_end: int | None
+    if B is None:
+        first_end = None
+    elif trains_first:
+        # the data fetcher counts on from r, so the epoch ends once its counter reaches B -- but a loop
+        # that restarts on an already finished epoch still trains one batch (index r + 1) first
+        first_end = max(B, r + 1)
+    else:
+        first_end = r if (r >= B or is_last) else B
+
+    if automatic_optimization:
+        opt = state.get("epoch_loop.automatic_optimization.optim_progress", {})
+        step = int(opt.get("optimizer", {}).get("step", {}).get("total", {}).get("completed", 0))
+    else:
+        step = _tracker(state, "epoch_loop.manual_optimization.optim_step_progress", "total")["completed"]
+
+    return FitStart(
+        position=position,
+        step=step,
+        epoch=epoch,
+        epochs_counted=counted,
+        batch_in_epoch=r,
+        first_epoch_end=None if first_end == B else first_end,
+    )

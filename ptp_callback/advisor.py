@@ -1,0 +1,123 @@
+"""Precision advice: predict the same step at other precisions and say what a switch would save.
+
+Each candidate precision is traced and predicted like the current one (its casts, its optimizer
+traffic, its host/device balance), with the run's calibration applied: the per-class corrections
+measured on this device, and the residual between the measured and predicted step at the current
+precision. Peak-FLOP ratios would overstate gains 3-6x; this does not use them.
+
+>>> import torch
+>>> from ptp_callback.advisor import compare_precisions
+>>> model = torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.GELU(), torch.nn.Linear(4096, 10))
+>>> batch = (torch.empty(4096, 4096, device="meta"), torch.empty(4096, dtype=torch.long, device="meta"))
+>>> options = compare_precisions(model, batch, lambda m, b: torch.nn.functional.cross_entropy(m(b[0]), b[1]),
+...                              current="32-true", device="h100-sxm")
+>>> [o.precision for o in options][:1]   # fastest first
+['bf16-true']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .devices import DeviceSpec
+from .display import format_duration
+from .precision import PrecisionSpec, as_precision
+from .predict import simulate
+from .step import resolve_device
+from .tracer import OptimizerArg, StepFn, TraceError, trace_step
+
+# Precisions a switch may be advised to: mixed precision and TF32 keep fp32 weights and master
+# copies, so they change speed, not what the model learns. Pure half precision (``*-true``) is
+# predicted and listed but only advised when asked for, since it changes the training numerics.
+SAFE = ("32-true", "32-true+tf32", "bf16-mixed", "16-mixed")
+
+
+@dataclass(frozen=True)
+class PrecisionOption:
+    """One precision's predicted step time (calibrated) and its speed relative to the current one."""
+
+    precision: str
+    step_s: float
+    speedup: float
+    safe: bool
+
+
+def candidate_precisions(device: DeviceSpec) -> list[PrecisionSpec]:
+    """Precisions worth predicting on this device (TF32 needs Ampere or newer; bf16 a bf16 path)."""
+    specs = [PrecisionSpec.from_setting("32-true", matmul_tf32=False)]
+    if device.arch == "cpu":
+        if device.peak_tflops.get("bf16", 0) > 0:
+            specs += [PrecisionSpec.from_setting("bf16-mixed"), PrecisionSpec.from_setting("bf16-true")]
+        return specs
+    if device.peak_tflops.get("tf32"):
+        specs.append(PrecisionSpec.from_setting("32-true", matmul_tf32=True))
+    if device.peak_tflops.get("bf16"):
+        specs += [PrecisionSpec.from_setting("bf16-mixed"), PrecisionSpec.from_setting("bf16-true")]
+    if device.peak_tflops.get("fp16"):
+        specs += [PrecisionSpec.from_setting("16-mixed"), PrecisionSpec.from_setting("16-true")]
+    return specs
+
+
+def compare_precisions(
+    model: torch.nn.Module,
+    batch: Any,
+    step_fn: StepFn | None = None,
+    optimizer: OptimizerArg = None,
+    *,
+    current: str | PrecisionSpec,
+    device: str | torch.device | DeviceSpec,
+    corrections: dict[str, float] | None = None,
+    measured_step_s: float | None = None,
+) -> list[PrecisionOption]:
+    """Predicted step time at each candidate precision, fastest first.
+
+    ``corrections`` are per-class calibration factors; ``measured_step_s`` the measured step at
+    the ``current`` precision, whose ratio to the prediction scales every candidate.
+    """
+    spec, coef = resolve_device(device)
+    current_spec = as_precision(current)
+    target_type = "cpu" if spec.arch == "cpu" else "cuda"
+    predicted: dict[str, float] = {}
+    for candidate in candidate_precisions(spec) + [current_spec]:
+        if candidate.label in predicted:
+            continue
+        try:
+            trace = trace_step(model, batch, step_fn, optimizer, candidate, target_type=target_type)
+        except TraceError:
+            continue  # e.g. an op without a half-precision kernel: that precision is not an option
+        predicted[candidate.label] = simulate(trace, spec, coef, corrections).step_s
+    residual = measured_step_s / predicted[current_spec.label] if measured_step_s and current_spec.label in predicted else 1.0
+    base = predicted.get(current_spec.label)
+    options = [
+        PrecisionOption(label, seconds * residual, (base / seconds) if base else 1.0, label in SAFE)
+        for label, seconds in predicted.items()
+    ]
+    return sorted(options, key=lambda o: o.step_s)
+
+
+def advice(options: list[PrecisionOption], current: str, fit_s: float | None, *, threshold: float = 1.1,
+           allow_unsafe: bool = False) -> str | None:
+    """A one-line suggestion when another precision is predicted ``threshold`` x faster, else None.
+
+    ``fit_s`` is the predicted fit at the current precision; training time scales with the step.
+    """
+    by_label = {o.precision: o for o in options}
+    here = by_label.get(current)
+    if here is None:
+        return None
+    eligible = [o for o in options if o.precision != current and (o.safe or allow_unsafe)]
+    if not eligible:
+        return None
+    best = min(eligible, key=lambda o: o.step_s)
+    gain = here.step_s / best.step_s
+    if gain < threshold:
+        return None
+    if fit_s:
+        return (f"{current} -> {best.precision} would cut this fit from {format_duration(fit_s)} "
+                f"to {format_duration(fit_s / gain)} (step {format_duration(here.step_s)} -> "
+                f"{format_duration(best.step_s)}, predicted)")
+    return (f"{current} -> {best.precision} would cut each step from {format_duration(here.step_s)} to "
+            f"{format_duration(best.step_s)} (predicted)")

@@ -1,0 +1,228 @@
+"""A quick measurement of the local device: GEMM rate per dtype, copy bandwidth, per-op host time.
+
+A CPU has no datasheet entry, so predicting a CPU fit needs the probe; on a GPU it optionally
+refines the table's numbers (``predict_step(..., probe=True)``). It runs a few small, fixed
+micro-benchmarks within about a second, and caches the result on disk per device name and torch
+version (``$PTP_CACHE_DIR`` or ``~/.cache/ptp_callback``), so later runs are free.
+
+>>> result = probe_device(torch.device("cpu"), cache=False)   # doctest: +SKIP
+>>> result.gemm_tflops["fp32"] > 0
+True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+
+import torch
+
+from .coefficients import CostCoefficients, coefficients_for
+from .devices import DeviceSpec
+
+_GEMM_SIZES = (256, 1024)
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """Measured rates of one device: ``gemm_tflops[dtype][size]``, copy GB/s (read + written),
+    host seconds per small op issued from Python, and per op of a tiny forward+backward."""
+
+    device_name: str
+    torch_version: str
+    threads: int
+    gemm_tflops: dict[str, dict[str, float]]
+    copy_gbps: float
+    small_op_s: float
+    autograd_op_s: float
+    probe_s: float
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    name = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{name} ({torch.get_num_threads()} threads)"
+
+
+def _cache_path(device: torch.device) -> str:
+    root = os.environ.get("PTP_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "ptp_callback")
+    key = hashlib.sha1(f"{_device_name(device)}|{torch.__version__}|v1".encode()).hexdigest()[:16]
+    return os.path.join(root, f"probe-{device.type}-{key}.json")
+
+
+def _timed(fn: Callable[[], object], device: torch.device, repeats: int) -> float:
+    """Fastest of ``repeats`` timings of ``fn`` after one warm-up call (synchronizing a GPU).
+
+    The fastest, not the median: on a shared machine the slow samples measure the neighbours.
+    """
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    fn()
+    sync()
+    samples = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        fn()
+        sync()  # the probe times device work, so it must wait for it
+        samples.append(time.perf_counter() - started)
+    return min(samples)
+
+
+def _measure(device: torch.device) -> ProbeResult:
+    started = time.perf_counter()
+    gemm: dict[str, dict[str, float]] = {}
+    for key, dtype in _DTYPES.items():
+        rates: dict[str, float] = {}
+        for n in _GEMM_SIZES:
+            a = torch.randn(n, n, device=device).to(dtype)
+            b = torch.randn(n, n, device=device).to(dtype)
+            seconds = _timed(lambda: a @ b, device, 3)
+            rates[str(n)] = 2 * n**3 / seconds / 1e12
+            if seconds * (_GEMM_SIZES[-1] / n) ** 3 > 0.02:
+                # No fast path for this dtype (fp16 on most CPUs): the larger size would take too
+                # long, and it would run at this rate anyway.
+                rates[str(_GEMM_SIZES[-1])] = rates[str(n)]
+                break
+        gemm[key] = rates
+    elements = (64 if device.type == "cuda" else 8) * 2**20
+    src = torch.randn(elements, device=device)
+    dst = torch.empty_like(src)
+    copy_gbps = 2 * src.numel() * 4 / _timed(lambda: dst.copy_(src), device, 5) / 1e9
+    small = torch.zeros(16, device=device)
+
+    def small_ops() -> None:
+        for _ in range(200):
+            small.add_(1.0)
+
+    small_op_s = _timed(small_ops, device, 3) / 200
+    weight = torch.zeros(16, device=device, requires_grad=True)
+
+    def tiny_step() -> None:
+        for _ in range(50):
+            loss = (weight * 2.0 + 1.0).sum()  # 3 forward ops, 3 backward ops
+            loss.backward()
+
+    autograd_op_s = _timed(tiny_step, device, 3) / (50 * 6)
+    return ProbeResult(_device_name(device), torch.__version__, torch.get_num_threads(), gemm, copy_gbps,
+                       small_op_s, autograd_op_s, time.perf_counter() - started)
+
+
+def probe_device(device: torch.device, *, cache: bool = True) -> ProbeResult:
+    """Measure ``device`` (a CPU or a local CUDA GPU), or read the cached result."""
+    device = torch.device(device)
+    path = _cache_path(device)
+    if cache and os.path.exists(path):
+        try:
+            with open(path) as f:
+                return ProbeResult(**json.load(f))
+        except (OSError, TypeError, ValueError):
+            pass
+    result = _measure(device)
+    if cache:
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as f:
+                json.dump(asdict(result), f)
+        except OSError:
+            pass  # a read-only home: measure again next time
+    return result
+
+
+def _best_rate(result: ProbeResult, dtype: str) -> float:
+    return max(result.gemm_tflops.get(dtype, {"0": 0.0}).values())
+
+
+def cpu_spec(result: ProbeResult) -> DeviceSpec:
+    """A DeviceSpec for the probed CPU: measured GEMM rates stand in for peaks."""
+    peaks = {k: _best_rate(result, k) for k in _DTYPES if _best_rate(result, k) > 0}
+    return DeviceSpec(
+        key="cpu", name=result.device_name, arch="cpu", sm_count=max(1, result.threads), memory_gb=1.0,
+        memory_bw_gbs=result.copy_gbps, l2_mb=1.0, peak_tflops=peaks,
+        sources=(f"measured by ptp_callback.probe in {result.probe_s:.2f}s with torch {result.torch_version}",),
+    )
+
+
+def cpu_coefficients(result: ProbeResult) -> CostCoefficients:
+    """Coefficients for a CPU: rates are measured, so efficiencies are relative to the probe.
+
+    The size at which a GEMM reaches half its best rate comes from the two probed sizes; the
+    per-op host times from the small-op and tiny forward+backward loops. On a CPU the host and
+    the "device" are one thread, so the prediction adds them (``synchronous``).
+    """
+    half_rate_flops = {}
+    for key, rates in result.gemm_tflops.items():
+        if len(rates) >= 2:
+            small_n, large_n = _GEMM_SIZES
+            small_rate, large_rate = rates[str(small_n)], rates[str(large_n)]
+            # rate(F) = peak * F / (F + F0): solve F0 from the small size against the large one.
+            flops = 2 * small_n**3
+            ratio = max(1e-3, min(1.0, small_rate / large_rate))
+            half_rate_flops[key] = flops * (1.0 / ratio - 1.0)
+    base = coefficients_for("hopper")
+    return replace(
+        base,
+        gemm_eff={"gemm": 1.0, "misaligned": 1.0},
+        conv_eff={"conv": 0.6},
+        attention_eff={"attention": 0.4},
+        mem_eff={"elementwise": 0.8, "cast": 0.6, "reduction": 0.6, "norm": 0.4, "batch_norm": 0.3,
+                 "batch_norm_native": 0.3, "pool": 0.3, "embedding": 0.3, "optimizer": 0.7, "scaler": 0.5,
+                 "conv_dw": 0.2, "conv": 0.6, "gemm": 0.8, "attention": 0.6},
+        kernel_floor_s=0.0,
+        host_op_s={"forward": result.small_op_s + result.autograd_op_s, "backward": result.autograd_op_s,
+                   "optimizer": result.small_op_s},
+        host_view_s=result.small_op_s * 0.3,
+        host_module_s=result.small_op_s * 2,
+        host_param_s={"ptp.optimizer_python": result.small_op_s, "ptp.zero_grad": result.small_op_s * 0.3},
+        host_launch_s=0.0,
+        launch_latency_s=0.0,
+        sync_s=0.0,
+        host_step_s=20 * result.small_op_s,
+        source=f"CPU probe: {result.device_name}",
+        extra={**base.extra, "gemm_model": "roofline", "gemm_half_rate_flops": half_rate_flops,
+               "synchronous": True},
+    )
+
+
+def refine_with_probe(spec: DeviceSpec, coef: CostCoefficients, result: ProbeResult) -> tuple[DeviceSpec, CostCoefficients]:
+    """A GPU's table entry with peaks and bandwidth rescaled to what the probe measured.
+
+    The table's efficiencies stay; each dtype's peak is scaled so that peak x efficiency equals
+    the measured 1024^3 GEMM rate relative to what the table predicts for it, bandwidth likewise,
+    and the host time per op by the measured small-op time (the table's host is a reference one).
+    """
+    from .costs import OpCost
+    from .predict import gemm_seconds
+
+    peaks = dict(spec.peak_tflops)
+    n = _GEMM_SIZES[-1]
+    for key, rates in result.gemm_tflops.items():
+        measured = rates.get(str(n))
+        if not measured or key not in peaks:
+            continue
+        cost = OpCost("gemm", 2.0 * n**3, 3.0 * n * n * _DTYPES[key].itemsize, 1, key, (1, n, n, n))
+        predicted_rate = 2.0 * n**3 / gemm_seconds(cost, spec, coef) / 1e12
+        peaks[key] = peaks[key] * measured / predicted_rate
+    refined = replace(spec, peak_tflops=peaks,
+                      memory_bw_gbs=result.copy_gbps / coef.memory_efficiency("elementwise", "fp32"),
+                      sources=spec.sources + (f"refined by a probe on {result.device_name}",))
+    reference = coef.extra.get("reference_small_op_s", 10.85e-6)
+    host = result.small_op_s / reference
+    tuned = replace(coef, host_op_s={k: v * host for k, v in coef.host_op_s.items()},
+                    host_module_s=coef.host_module_s * host, host_view_s=coef.host_view_s * host,
+                    host_step_s=coef.host_step_s * host,
+                    host_param_s={k: v * host for k, v in coef.host_param_s.items()})
+    return refined, tuned

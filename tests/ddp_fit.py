@@ -1,0 +1,52 @@
+"""A 2-process CPU DDP fit with PrecisionTimeCallback (run by tests/test_lightning.py).
+
+Lightning's ``strategy="ddp"`` re-launches this script for rank 1; both ranks join a real gloo
+process group. Rank zero prints the callback's lines; each rank reports when it is done.
+"""
+
+import lightning as L
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+from ptp_callback import PrecisionTimeCallback
+
+
+class Tiny(L.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return F.cross_entropy(self.net(x), y)
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val_loss", F.cross_entropy(self.net(x), y), sync_dist=True)
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+
+class Done(L.Callback):
+    def on_fit_end(self, trainer, pl_module):
+        done = torch.ones(1)
+        dist.all_reduce(done)  # every rank reaches the end: the callback hung no one
+        if trainer.is_global_zero:
+            print(f"world_size={trainer.world_size} ranks_done={int(done.item())}", flush=True)
+
+
+def main() -> None:
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(256, 16), torch.randint(0, 4, (256,)))
+    trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=2, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        limit_val_batches=2, callbacks=[PrecisionTimeCallback(), Done()])
+    trainer.fit(Tiny(), DataLoader(data, batch_size=16), DataLoader(data, batch_size=16))
+
+
+if __name__ == "__main__":
+    main()

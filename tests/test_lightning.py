@@ -1,0 +1,214 @@
+"""PrecisionTimeCallback in real Lightning fits on CPU: bars, schedule, resume, fallback, DDP."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import re
+import subprocess
+import sys
+import warnings
+
+import lightning as L
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
+from torch.utils.data import DataLoader, TensorDataset
+
+from ptp_callback import PrecisionTimeCallback
+from ptp_callback.integrations.lightning import PtpWarning
+
+CLOCK = re.compile(r"\d{1,2}:\d{2}(:\d{2})?")
+
+
+class Tiny(L.LightningModule):
+    def __init__(self, width: int = 32) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(16, width), nn.ReLU(), nn.Linear(width, 4))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.cross_entropy(self.net(x), y)
+        self.log("loss", loss, prog_bar=True)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val_loss", F.cross_entropy(self.net(x), y))
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+
+def loaders(n: int = 256, batch_size: int = 8):
+    generator = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(n, 16, generator=generator), torch.randint(0, 4, (n,), generator=generator))
+    return DataLoader(data, batch_size=batch_size, shuffle=True), DataLoader(data, batch_size=batch_size)
+
+
+def trainer(callbacks: list, **kwargs) -> L.Trainer:
+    settings = dict(accelerator="cpu", max_epochs=2, logger=False, enable_checkpointing=False,
+                    enable_model_summary=False, limit_val_batches=4, val_check_interval=0.5)
+    settings.update(kwargs)
+    return L.Trainer(callbacks=callbacks, **settings)
+
+
+class Snapshot(L.Callback):
+    """Reads the rendered progress bar in the middle of the fit."""
+
+    def __init__(self, at_batch: int = 20) -> None:
+        self.at_batch = at_batch
+        self.text = ""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.fit_loop.epoch_loop.batch_progress.total.ready != self.at_batch:
+            return
+        bar = trainer.progress_bar_callback
+        if isinstance(bar, TQDMProgressBar):
+            self.text = str(bar.train_progress_bar)
+        elif isinstance(bar, RichProgressBar):
+            from rich.console import Console
+
+            console = Console(width=240, file=io.StringIO(), record=True)
+            console.print(bar.progress.get_renderable())
+            self.text = console.export_text()
+
+
+def test_importable_from_the_package():
+    import ptp_callback
+
+    assert ptp_callback.PrecisionTimeCallback is PrecisionTimeCallback
+
+
+def test_eta_in_the_tqdm_bar():
+    snapshot = Snapshot()
+    callback = PrecisionTimeCallback(refresh_s=0.0)
+    t = trainer([callback, TQDMProgressBar(refresh_rate=1), snapshot])
+    t.fit(Tiny(), *loaders())
+    assert "eta=" in snapshot.text and "32-true" in snapshot.text
+    assert CLOCK.search(snapshot.text.split("eta=")[1])
+
+
+def test_eta_in_the_rich_bar():
+    snapshot = Snapshot()
+    t = trainer([PrecisionTimeCallback(refresh_s=0.0), RichProgressBar(refresh_rate=1), snapshot])
+    t.fit(Tiny(), *loaders())
+    assert "eta" in snapshot.text and "32-true" in snapshot.text
+    assert CLOCK.search(snapshot.text.split("eta")[1])
+
+
+def test_no_progress_bar_still_works():
+    callback = PrecisionTimeCallback(refresh_s=0.0)
+    trainer([callback], enable_progress_bar=False).fit(Tiny(), *loaders())
+    assert callback.eta_text and callback.summary.startswith("ptp: fit took")
+
+
+class Counter(L.Callback):
+    def __init__(self) -> None:
+        self.batches = self.val_runs = self.sanity = 0
+
+    def on_train_batch_end(self, *args):
+        self.batches += 1
+
+    def on_validation_end(self, trainer, pl_module):
+        if trainer.sanity_checking:
+            self.sanity += 1
+        else:
+            self.val_runs += 1
+
+
+@pytest.mark.parametrize("settings", [
+    dict(max_epochs=2),
+    dict(max_steps=10, val_check_interval=4, max_epochs=-1),
+    dict(max_epochs=3, accumulate_grad_batches=3, check_val_every_n_epoch=2),
+    dict(max_epochs=2, limit_train_batches=0.5, num_sanity_val_steps=0),
+], ids=["epochs", "max_steps", "accumulate", "limits"])
+def test_schedule_matches_what_the_trainer_ran(settings):
+    callback, counter = PrecisionTimeCallback(), Counter()
+    t = trainer([callback, counter], enable_progress_bar=False, **settings)
+    t.fit(Tiny(), *loaders())
+    assert callback.schedule.total_batches == counter.batches
+    assert len(callback.schedule.val_after_batches) == counter.val_runs
+    assert callback.schedule.total_steps == t.global_step
+
+
+class Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def test_prediction_before_step_one_and_summary_at_the_end():
+    callback, lines = PrecisionTimeCallback(), Lines()
+    logger = logging.getLogger("lightning.pytorch.ptp_callback")
+    logger.addHandler(lines)
+    try:
+        trainer([callback], enable_progress_bar=False).fit(Tiny(), *loaders())
+    finally:
+        logger.removeHandler(lines)
+    messages = lines.lines
+    assert any(m.startswith("ptp: predicted fit ") and "at 32-true on " in m for m in messages)
+    assert any(m.startswith("ptp: fit took") and "predicted before step one" in m for m in messages)
+    assert callback.fit_prediction.total_s > 0
+
+
+def test_resume_keeps_calibration_and_counts_only_what_is_left(tmp_path):
+    first = PrecisionTimeCallback()
+    t1 = trainer([first], enable_progress_bar=False, max_epochs=-1, max_steps=20, val_check_interval=None,
+                 check_val_every_n_epoch=None, limit_val_batches=0)
+    train, _ = loaders()
+    t1.fit(Tiny(), train)
+    path = tmp_path / "half.ckpt"
+    t1.save_checkpoint(path)
+    measured = first.stats.batch.mean_s
+    assert measured is not None
+
+    class RemainingAtStart(L.Callback):
+        def on_train_start(self, trainer, pl_module):
+            self.remaining = second.remaining_s(trainer)
+
+    second, probe = PrecisionTimeCallback(), RemainingAtStart()
+    t2 = trainer([second, probe], enable_progress_bar=False, max_epochs=-1, max_steps=50, val_check_interval=None,
+                 check_val_every_n_epoch=None, limit_val_batches=0)
+    t2.fit(Tiny(), train, ckpt_path=str(path))
+    assert second.schedule.start_batch == 20
+    assert second.stats.batch.samples > 0  # measurements came back with the checkpoint
+    # before the resumed run measured anything: 30 batches left at the restored batch time
+    assert probe.remaining == pytest.approx(30 * measured, rel=1e-6)
+    assert t2.global_step == 50
+
+
+class DataDependent(Tiny):
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        h = self.net(x)
+        return h[h > 0].sum() + F.cross_entropy(h, y)  # boolean indexing: untraceable with fake tensors
+
+
+def test_untraceable_model_warns_once_and_falls_back():
+    callback = PrecisionTimeCallback(refresh_s=0.0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer([callback], enable_progress_bar=False).fit(DataDependent(), *loaders())
+    ours = [w for w in caught if issubclass(w.category, PtpWarning)]
+    assert len(ours) == 1
+    assert "could not trace the training step" in str(ours[0].message)
+    assert "falling back to measured timing" in str(ours[0].message)
+    assert callback.eta_text  # measured timing still gives an ETA
+
+
+def test_ddp_with_two_processes_prints_on_rank_zero_only():
+    script = os.path.join(os.path.dirname(__file__), "ddp_fit.py")
+    result = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    assert output.count("ptp: predicted fit") == 1
+    assert output.count("ptp: fit took") == 1
+    assert "world_size=2 ranks_done=2" in output

@@ -1,0 +1,123 @@
+"""predict_step and the cost model: pinned arithmetic, physical sanity, errors."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import ptp_callback as ptp
+from ptp_callback.coefficients import HOPPER
+from ptp_callback.costs import OpCost
+from ptp_callback.predict import gemm_seconds, kernel_seconds
+from ptp_callback.tracer import OpRecord
+
+
+def mlp(width: int, depth: int = 4, d_in: int = 1024) -> nn.Module:
+    layers: list[nn.Module] = [nn.Linear(d_in, width), nn.GELU()]
+    for _ in range(depth - 1):
+        layers += [nn.Linear(width, width), nn.GELU()]
+    with torch.device("meta"):
+        return nn.Sequential(*layers, nn.Linear(width, 10))
+
+
+def batch(n: int, d_in: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.empty(n, d_in, device="meta"), torch.empty(n, dtype=torch.long, device="meta")
+
+
+def ce_step(model, b):
+    return F.cross_entropy(model(b[0]), b[1])
+
+
+def test_unknown_device_lists_known_ones():
+    with pytest.raises(ptp.UnknownDeviceError, match=r"'warp-drive-9000'.*h100-sxm.*register_device"):
+        ptp.predict_step(mlp(64), batch(8), ce_step, device="warp-drive-9000")
+
+
+def test_breakdown_sums_to_step_and_prints():
+    pred = ptp.predict_step(mlp(1024), batch(256), ce_step, precision="bf16-mixed", device="h100-sxm")
+    assert math.isclose(sum(pred.breakdown["phase"].values()), pred.step_s, rel_tol=1e-9)
+    assert math.isclose(sum(pred.breakdown["class"].values()), pred.step_s, rel_tol=1e-9)
+    assert pred.breakdown["phase"]["backward"] > pred.breakdown["phase"]["forward"] > 0
+    text = str(pred)
+    assert "predicted step" in text and "bf16-mixed" in text and "gemm" in text
+    assert pred.flops > 0 and pred.bytes > 0 and len(pred.ops) > 10
+
+
+def test_larger_batch_is_slower():
+    small = ptp.predict_step(mlp(8192), batch(1024), ce_step, precision="bf16-mixed", device="h100-sxm")
+    large = ptp.predict_step(mlp(8192), batch(8192), ce_step, precision="bf16-mixed", device="h100-sxm")
+    assert small.bound == "device"
+    assert large.step_s > 2 * small.step_s
+
+
+def test_gemm_bound_mlp_is_faster_in_tf32_than_fp32():
+    fp32 = ptp.predict_step(mlp(8192), batch(4096), ce_step, precision=ptp.PrecisionSpec.from_setting("32-true", matmul_tf32=False), device="h100-sxm")
+    tf32 = ptp.predict_step(mlp(8192), batch(4096), ce_step, precision=ptp.PrecisionSpec.from_setting("32-true", matmul_tf32=True), device="h100-sxm")
+    bf16 = ptp.predict_step(mlp(8192), batch(4096), ce_step, precision="bf16-mixed", device="h100-sxm")
+    assert tf32.step_s < fp32.step_s / 3
+    assert bf16.step_s < tf32.step_s
+
+
+def test_tiny_model_is_host_bound_and_slower_with_autocast():
+    # Measured on the H100 (../shared/h100): a small MLP is slower in bf16-mixed than in fp32,
+    # because autocast adds cast ops and the step is bound by the host issuing them.
+    fp32 = ptp.predict_step(mlp(256, 6, 256), batch(64, 256), ce_step, precision="32-true", device="h100-sxm")
+    mixed = ptp.predict_step(mlp(256, 6, 256), batch(64, 256), ce_step, precision="bf16-mixed", device="h100-sxm")
+    assert fp32.bound == "host" and mixed.bound == "host"
+    assert mixed.step_s > fp32.step_s
+
+
+def test_slower_gpu_is_slower():
+    h100 = ptp.predict_step(mlp(4096), batch(2048), ce_step, precision="bf16-mixed", device="h100-sxm")
+    a100 = ptp.predict_step(mlp(4096), batch(2048), ce_step, precision="bf16-mixed", device="NVIDIA A100-SXM4-80GB")
+    assert a100.step_s > 1.5 * h100.step_s
+
+
+def test_gemm_time_is_wave_quantized():
+    device = ptp.get_device("h100-sxm")
+    # 8192^3 bf16: 128x256 tiles -> 64 x 32 = 2048 CTAs on 132 SMs = 16 waves (15.5 rounded up);
+    # each wave runs one tile per SM: 2*128*256*(8192 + k_fill) FLOPs at peak*eff/132 per SM.
+    cost = OpCost("gemm", 2.0 * 8192**3, 3 * 8192 * 8192 * 2, 1, "bf16", (1, 8192, 8192, 8192))
+    eff = HOPPER.gemm_eff["gemm:bf16"]
+    k_fill = HOPPER.gemm_k_fill["gemm"]
+    per_sm = 989.4e12 * eff / 132
+    expected_large_tile = 16 * 2 * 128 * 256 * (8192 + k_fill) / per_sm
+    assert gemm_seconds(cost, device, HOPPER) <= expected_large_tile * (1 + 1e-9)
+    # 132 tiles fill the 132 SMs once; one more row of tiles (+0.8% work) leaves SMs idle in a
+    # second wave, which smaller tiles soften but cannot remove: time jumps far more than work.
+    one_wave = OpCost("gemm", 0.0, 0.0, 1, "bf16", (1, 128 * 132, 256, 4096))
+    two_waves = OpCost("gemm", 0.0, 0.0, 1, "bf16", (1, 128 * 133, 256, 4096))
+    assert gemm_seconds(two_waves, device, HOPPER) > 1.15 * gemm_seconds(one_wave, device, HOPPER)
+
+
+def test_memory_bound_op_time_is_bytes_over_bandwidth():
+    device = ptp.get_device("h100-sxm")
+    # 1 GB read + 1 GB written at 3352 GB/s x the elementwise efficiency, plus one kernel floor.
+    op = OpRecord("aten.mul.Tensor", "forward", "", OpCost("elementwise", 0.0, 2e9, 1, "fp32"))
+    expected = HOPPER.kernel_floor_s + 2e9 / (3352e9 * HOPPER.mem_eff["elementwise"])
+    assert math.isclose(kernel_seconds(op, device, HOPPER), expected, rel_tol=1e-12)
+
+
+def test_misaligned_gemm_is_slow():
+    device = ptp.get_device("h100-sxm")
+    aligned = OpCost("gemm", 2.0 * 16384 * 50304 * 768, 0.0, 1, "bf16", (1, 16384, 50304, 768))
+    odd = OpCost("gemm", 2.0 * 16384 * 50257 * 768, 0.0, 1, "bf16", (1, 16384, 50257, 768), misaligned=True)
+    assert gemm_seconds(odd, device, HOPPER) > 2 * gemm_seconds(aligned, device, HOPPER)
+
+
+def test_corrections_scale_their_class():
+    base = ptp.predict_step(mlp(4096), batch(4096), ce_step, precision="bf16-mixed", device="h100-sxm")
+    slower = ptp.predict_step(mlp(4096), batch(4096), ce_step, precision="bf16-mixed", device="h100-sxm",
+                              corrections={"gemm": 2.0})
+    assert slower.breakdown["class"]["gemm"] > 1.8 * base.breakdown["class"]["gemm"]
+
+
+def test_cpu_prediction_uses_a_probe():
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+    b = (torch.randn(16, 64), torch.randint(0, 10, (16,)))
+    pred = ptp.predict_step(model, b, ce_step, precision="32-true", device="cpu")
+    assert pred.step_s > 0 and "threads" in pred.device_name

@@ -1,0 +1,199 @@
+"""The tracer: what a traced step contains under each precision, and what it must not touch."""
+
+from __future__ import annotations
+
+import resource
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+from ptp_callback import TraceError, trace_step
+
+
+def mlp(width: int = 64) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(32, width), nn.GELU(), nn.Linear(width, width), nn.GELU(), nn.Linear(width, 10))
+
+
+def mlp_batch(n: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randn(n, 32), torch.randint(0, 10, (n,))
+
+
+def ce_step(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    x, y = batch
+    return F.cross_entropy(model(x), y)
+
+
+def names(trace, phase: str | None = None) -> list[str]:
+    return [op.name for op in trace.ops if phase is None or op.phase == phase]
+
+
+def gemm_ops(trace):
+    return [op for op in trace.ops if op.cost.op_class == "gemm"]
+
+
+def test_phases_and_module_paths():
+    trace = trace_step(mlp(), mlp_batch(), ce_step, None, "32-true", target_type="cpu")
+    assert {op.phase for op in trace.ops} == {"forward", "backward", "optimizer"}
+    forward_gemms = [op for op in gemm_ops(trace) if op.phase == "forward"]
+    assert len(forward_gemms) == 3  # three Linear layers
+    assert forward_gemms[0].module.endswith(".0") and forward_gemms[2].module.endswith(".4")
+    # backward: grad input for layers 2 and 3, grad weight for all three -> 5 matmuls
+    assert len([op for op in gemm_ops(trace) if op.phase == "backward"]) == 5
+
+
+def test_bf16_mixed_runs_matmuls_in_bf16_and_casts():
+    trace = trace_step(mlp(), mlp_batch(), ce_step, None, "bf16-mixed", target_type="cpu")
+    forward_gemms = [op for op in gemm_ops(trace) if op.phase == "forward"]
+    assert all(op.cost.dtype == "bf16" for op in forward_gemms)
+    casts = [op for op in trace.ops if op.cost.op_class == "cast"]
+    # The first Linear casts its input, weight and bias to bf16 (3); the other two only weight and
+    # bias, their input being already bf16 (2 + 2); CPU autocast runs the loss in fp32 (1): 8.
+    assert len([op for op in casts if op.phase == "forward"]) == 8
+    assert any(op.phase == "backward" for op in casts)  # and the gradients back to fp32
+
+
+def test_bf16_true_has_bf16_parameters_and_no_casts():
+    trace = trace_step(mlp(), mlp_batch(), ce_step, None, "bf16-true", target_type="cpu")
+    assert all(op.cost.dtype == "bf16" for op in gemm_ops(trace))
+    assert "bf16" in gemm_ops(trace)[0].in_dtypes
+    assert not [op for op in trace.ops if op.cost.op_class == "cast" and op.phase == "forward"]
+
+
+def test_16_mixed_traces_grad_scaler():
+    trace = trace_step(mlp(), mlp_batch(), ce_step, None, "16-mixed", target_type="cpu")
+    optimizer_ops = names(trace, "optimizer")
+    assert "aten._amp_foreach_non_finite_check_and_unscale_.default" in optimizer_ops
+    assert "aten._amp_update_scale_.default" in optimizer_ops
+    assert "ptp.sync" in optimizer_ops  # found_inf.item() makes the host wait
+    assert all(op.cost.dtype == "fp16" for op in gemm_ops(trace) if op.phase == "forward")
+
+
+def test_cuda_proxy_uses_cuda_autocast_policy_and_foreach_optimizer():
+    model = nn.Sequential(nn.Linear(32, 64), nn.LayerNorm(64), nn.Linear(64, 10))
+    trace = trace_step(model, mlp_batch(), ce_step, None, "bf16-mixed", target_type="cuda")
+    layer_norms = [op for op in trace.ops if op.name == "aten.native_layer_norm.default"]
+    assert layer_norms and layer_norms[0].in_dtypes[0] == "fp32"  # CUDA autocast runs layer_norm in fp32
+    assert [op for op in trace.ops if op.phase == "optimizer" and op.name.startswith("aten._foreach_")]
+    assert "autocast: CUDA cast policy replayed on CPU" in trace.mappings
+    cpu_trace = trace_step(model, mlp_batch(), ce_step, None, "bf16-mixed", target_type="cpu")
+    cpu_norm = [op for op in cpu_trace.ops if op.name == "aten.native_layer_norm.default"][0]
+    assert cpu_norm.in_dtypes[0] == "bf16"  # CPU autocast keeps bf16: the proxy must not leak
+
+
+def test_flops_match_flop_counter_mode():
+    model, batch = mlp(256), mlp_batch(64)
+    with FlopCounterMode(display=False) as counter:
+        ce_step(model, batch).backward()
+    model.zero_grad(set_to_none=True)
+    trace = trace_step(model, batch, ce_step, None, "32-true", target_type="cpu")
+    assert sum(op.cost.flops for op in trace.ops) == counter.get_total_flops()
+
+
+def test_convnet_flops_match_flop_counter_mode_and_batch_norm_is_traced():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.Conv2d(16, 16, 3),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
+    batch = (torch.randn(4, 3, 16, 16), torch.randint(0, 10, (4,)))
+    with FlopCounterMode(display=False) as counter:
+        ce_step(model, batch).backward()
+    model.zero_grad(set_to_none=True)
+    buffers_before = {k: v.clone() for k, v in model.named_buffers()}
+    trace = trace_step(model, batch, ce_step, None, "32-true", target_type="cpu")
+    assert sum(op.cost.flops for op in trace.ops) == counter.get_total_flops()
+    classes = {(op.phase, op.cost.op_class) for op in trace.ops}
+    assert ("forward", "batch_norm_native") in classes or ("forward", "batch_norm") in classes
+    assert any(op.cost.op_class.startswith("batch_norm") and op.phase == "backward" for op in trace.ops)
+    for name, value in model.named_buffers():  # running stats and num_batches_tracked untouched
+        assert torch.equal(value, buffers_before[name])
+
+
+def test_transformer_flops_are_six_params_tokens():
+    transformers = pytest.importorskip("transformers")
+    # No attention dropout: with it, CPU SDPA falls back to bmm-based math and adds attention FLOPs.
+    config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=64, vocab_size=256,
+                                     attn_pdrop=0.0, attn_implementation="sdpa")
+    model = transformers.GPT2LMHeadModel(config)
+    ids = torch.randint(0, 256, (2, 32))
+    trace = trace_step(model, (ids,), lambda m, b: m(input_ids=b[0], labels=b[0]).loss, None, "32-true",
+                       target_type="cpu")
+    tokens = ids.numel()
+    # Matmul weights: per layer c_attn 64x192, attn c_proj 64x64, c_fc 64x256, mlp c_proj 256x64,
+    # plus the LM head tied to the 256x64 embedding. Each weight costs 2 FLOPs per token forward
+    # and 4 backward (grad input + grad weight): 6 x 12,288 x 2 layers... summed below.
+    per_layer = 64 * 192 + 64 * 64 + 64 * 256 + 256 * 64  # 49,152
+    matmul_params = 2 * per_layer + 256 * 64  # 114,688
+    gemm_flops = sum(op.cost.flops for op in gemm_ops(trace))
+    assert gemm_flops == 6 * matmul_params * tokens  # 6 x 114,688 x 64 = 44,040,192
+
+
+def test_tied_weights_share_one_fake_and_one_optimizer_slot():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, n_positions=32, vocab_size=128)
+    model = transformers.GPT2LMHeadModel(config)
+    assert model.lm_head.weight is model.transformer.wte.weight
+    trace = trace_step(model, (torch.randint(0, 128, (2, 16)),), lambda m, b: m(input_ids=b[0], labels=b[0]).loss,
+                       None, "32-true", target_type="cuda")
+    unique = len(list(dict.fromkeys(model.parameters())))
+    named = len(list(model.named_parameters(remove_duplicate=False)))
+    assert named == unique + 1  # the LM head is listed under its own name too
+    assert trace.param_tensors == unique
+    sqrt = [op for op in trace.ops if op.name.startswith("aten._foreach_sqrt")]
+    assert sqrt and len(sqrt[0].in_shapes) == unique  # one optimizer slot per unique tensor
+
+
+def test_user_model_and_optimizer_are_untouched():
+    model = mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    trace = trace_step(model, mlp_batch(), ce_step, optimizer, "bf16-mixed", target_type="cpu")
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, before[key])
+    assert all(p.grad is None for p in model.parameters())
+    assert optimizer.state_dict()["state"] == {}
+    assert trace.optimizer_name == "SGD"
+    assert model.training  # mode restored
+
+
+def test_meta_model_with_cpu_batch_and_no_real_memory():
+    # 50,000 x 20,000 fp32 = 4 GB of weights (12 GB with AdamW state): only fakes may exist.
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(20_000, 50_000), nn.ReLU(), nn.Linear(50_000, 10))
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    trace = trace_step(model, (torch.randn(4, 20_000), torch.randint(0, 10, (4,))), ce_step, None, "32-true")
+    rss_growth_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 1024
+    assert trace.param_count == 20_000 * 50_000 + 50_000 + 50_000 * 10 + 10
+    assert rss_growth_mb < 500
+    assert all(p.device.type == "meta" for p in model.parameters())
+
+
+def test_no_device_memory_is_allocated_on_a_gpu():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    model = mlp().cuda()
+    allocated = torch.cuda.memory_allocated()
+    trace_step(model, tuple(t.cuda() for t in mlp_batch()), ce_step, None, "bf16-mixed")
+    assert torch.cuda.memory_allocated() == allocated
+
+
+class DataDependent(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.proj(x)
+        return h[h > 0].sum()  # the output's shape depends on the values
+
+
+def test_untraceable_model_names_the_op():
+    with pytest.raises(TraceError, match=r"could not trace the training step: .*aten\.(nonzero|index).*DataDependent|proj"):
+        trace_step(DataDependent(), (torch.randn(4, 8),), lambda m, b: m(*b), None, "32-true")
+
+
+def test_eval_trace_is_forward_only():
+    trace = trace_step(mlp(), mlp_batch(), ce_step, None, "32-true", target_type="cpu", train=False)
+    assert {op.phase for op in trace.ops} == {"forward"}
