@@ -60,17 +60,24 @@ def mape(errors: list[float]) -> float:
 
 
 def render(rows: list[dict], trace_times: dict[str, list[float]], markdown: bool) -> str:
-    sep = " | " if markdown else "  "
     lines = []
-    header = ["workload", "precision", "measured ms", "predicted ms", "error %"]
     if markdown:
-        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        # One row per workload: "measured -> predicted ms (error)" per precision.
+        precisions = list(dict.fromkeys(r["precision"] for r in rows))
+        lines += ["| workload | " + " | ".join(precisions) + " |", "|---|" + "---|" * len(precisions)]
+        cells: dict[str, dict[str, str]] = defaultdict(dict)
+        for r in rows:
+            cells[r["workload"]][r["precision"]] = (
+                f"{r['measured_s'] * 1e3:.1f} / {r['predicted_s'] * 1e3:.1f} ({100 * r['error']:+.0f}%)")
+        for name, by_precision in cells.items():
+            lines.append(f"| {name} | " + " | ".join(by_precision.get(p, "") for p in precisions) + " |")
+        lines.append("")
+        lines.append("cells: measured ms / predicted ms (error)")
     else:
         lines.append(f"{'workload':26s}  {'precision':10s}  {'measured ms':>11s}  {'predicted ms':>12s}  {'error %':>8s}")
-    for r in rows:
-        cells = [f"{r['workload']:26s}", f"{r['precision']:10s}", f"{r['measured_s'] * 1e3:11.2f}",
-                 f"{r['predicted_s'] * 1e3:12.2f}", f"{100 * r['error']:+8.1f}"]
-        lines.append(("| " + sep.join(c.strip() for c in cells) + " |") if markdown else sep.join(cells))
+        for r in rows:
+            lines.append(f"{r['workload']:26s}  {r['precision']:10s}  {r['measured_s'] * 1e3:11.2f}  "
+                         f"{r['predicted_s'] * 1e3:12.2f}  {100 * r['error']:+8.1f}")
     lines.append("")
     lines.append(f"MAPE overall: {mape([r['error'] for r in rows]):.1f}% over {len(rows)} configurations")
     per_precision = defaultdict(list)

@@ -327,8 +327,9 @@ def gather_rows(fits: list[FitConfig], repeats: int, log: Callable[[str], None] 
                 extra = ""
                 if result.predicted_s is not None:
                     extra = f", predicted {result.predicted_s:.1f} s"
+                load = f", load {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else ""
                 log(f"[{k:2d}/{total}] round {r + 1} {fit.name:14s} {kind:7s} fit {result.fit_s:6.1f} s, "
-                    f"trainer.fit {result.wall_s:6.1f} s{extra}")
+                    f"trainer.fit {result.wall_s:6.1f} s{extra}{load}")
     rows = []
     for fit in fits:
         eta = [x for x in runs[fit.name] if x.kind == "eta"]
@@ -433,6 +434,10 @@ def main() -> None:
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     logging.getLogger("lightning.fabric").setLevel(logging.WARNING)
     _ignore_lightning_noise()
+    with contextlib.suppress(ImportError):
+        import transformers
+
+        transformers.logging.set_verbosity_error()  # the tiny GPT2 config's token-id notices
     fits = build_fits(args.quick)
     if args.only:
         wanted = set(args.only.split(","))

@@ -41,6 +41,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 
 from ptp_callback.advisor import advice, compare_precisions
 from ptp_callback.calibrate import StepStats, measure_op_classes
+from ptp_callback.comm import ddp_exposed_seconds, fsdp_exposed_seconds
 from ptp_callback.display import format_clock, format_duration
 from ptp_callback.eta import FitPlan, FitPrediction, predict_fit, remaining_time
 from ptp_callback.precision import PRECISIONS, PrecisionSpec
@@ -125,6 +126,8 @@ class PrecisionTimeCallback(Callback):
         self._bar: Any = None
         self._example: tuple[Any, Any, Any] | None = None
         self._checkpoint_s = 0.0
+        self._load_s = 0.0  # seconds one example batch took to build (data loading, collate)
+        self.comm_s = 0.0  # predicted gradient communication per optimizer step
         self._trace: Any = None
         self._spec: Any = None
         self._coef: Any = None
@@ -175,7 +178,9 @@ class PrecisionTimeCallback(Callback):
             return
         device = self.device if self.device is not None else trainer.strategy.root_device
         spec, coef = resolve_device(device)
+        loaded_at = time.perf_counter()
         train_batch = _example_batch(trainer, pl_module, trainer.train_dataloader)
+        self._load_s = time.perf_counter() - loaded_at
         if train_batch is None:
             self._warn("batch", "no training batch to trace; ETA from measured timing only")
             return
@@ -210,8 +215,26 @@ class PrecisionTimeCallback(Callback):
             warmup = _GPU_WARMUP_TRAIN_S[0] + autocast * _GPU_WARMUP_TRAIN_S[1]
             if self.schedule is not None and self.schedule.sanity_batches:
                 warmup += _GPU_WARMUP_SANITY_S[0] + autocast * _GPU_WARMUP_SANITY_S[1]
-        return FitPlan(train_batch_s=step.step_s - optimizer_s, optimizer_step_s=optimizer_s, val_batch_s=val_s,
+        compute = step.step_s - optimizer_s
+        data = _data_wait(trainer.train_dataloader, self._load_s, step.step_s)
+        self.comm_s = self._communication_s(trainer, step) if on_gpu else 0.0
+        return FitPlan(train_batch_s=compute + data, optimizer_step_s=optimizer_s + self.comm_s, val_batch_s=val_s,
                        warmup_s=warmup)
+
+    def _communication_s(self, trainer: Trainer, step: StepPrediction) -> float:
+        """Gradient communication per optimizer step of DDP / FSDP across ``trainer.world_size`` GPUs."""
+        link = getattr(self._spec, "interconnect_gbs", None)
+        if trainer.world_size <= 1 or not link or self._trace is None:
+            return 0.0
+        strategy = type(trainer.strategy).__name__.lower()
+        grad_bytes = sum(p.numel() * (4 if p.dtype == torch.float32 else p.element_size())
+                         for p in trainer.lightning_module.parameters() if p.requires_grad)
+        if "fsdp" in strategy:
+            return fsdp_exposed_seconds(grad_bytes, step.step_s, world_size=trainer.world_size, link_gbs=link)
+        if "ddp" in strategy:
+            return ddp_exposed_seconds(grad_bytes, step.breakdown["phase"]["backward"], world_size=trainer.world_size,
+                                       link_gbs=link)
+        return 0.0
 
     def _checkpoint_allowance(self, trainer: Trainer) -> float:
         """Seconds of ModelCheckpoint saves: saves x (weights + optimizer state) / write speed."""
@@ -246,6 +269,8 @@ class PrecisionTimeCallback(Callback):
         parts = f"train {format_duration(fit.train_s)}, validation {format_duration(fit.val_s + fit.sanity_s)}"
         if self._checkpoint_s:
             parts += f", checkpoints {format_duration(self._checkpoint_s)}"
+        if self.comm_s:
+            parts += f"; gradient sync {format_duration(self.comm_s)} per step on {trainer.world_size} GPUs"
         capped = " (stopped by max_time)" if fit.capped_by_max_time else ""
         _print(trainer, f"ptp: predicted fit {format_duration(total)} ({parts}){capped} at {self.precision_label} "
                         f"on {spec.name}")
@@ -259,7 +284,8 @@ class PrecisionTimeCallback(Callback):
             self._advise(trainer, pl_module, self.fit_prediction.total_s)
             self.advise = False  # done; not again at the end
 
-    def _advise(self, trainer: Trainer, pl_module: LightningModule, fit_s: float | None, measured_step_s: float | None = None) -> None:
+    def _advise(self, trainer: Trainer, pl_module: LightningModule, fit_s: float | None,
+                measured_step_s: float | None = None) -> None:
         if self._example is None:
             return
         batch, optimizer, precision = self._example
@@ -268,7 +294,12 @@ class PrecisionTimeCallback(Callback):
                                          device=self._spec, corrections=self.corrections or None,
                                          measured_step_s=measured_step_s)
         self.precision_options = options
-        text = advice(options, precision.label, fit_s)
+        schedule = self.schedule
+        batches = (schedule.total_batches or 0) - schedule.start_batch if schedule is not None else 0
+        wait = self.stats.data_wait_s
+        wait = wait if wait is not None else (self.plan.train_batch_s - (self.step_prediction.step_s - self.plan.optimizer_step_s)
+                                              if self.plan and self.step_prediction else 0.0)
+        text = advice(options, precision.label, fit_s, fixed_s=max(0.0, wait) * batches + self._checkpoint_s)
         if text:
             self.advice_text = text
             _print(trainer, f"ptp: {text}")
@@ -290,6 +321,10 @@ class PrecisionTimeCallback(Callback):
             host = getattr(self._coef, "host_op_s", {}).get("optimizer", 0.0) if self._spec.arch == "cpu" else 0.0
             self.corrections = measure_op_classes(self._trace, self._spec, self._coef, trainer.strategy.root_device,
                                                   budget_s=1.0, host_overhead_s=host)
+
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
+        if trainer.is_global_zero:
+            self.stats.batch_start(self.clock())
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
@@ -519,6 +554,18 @@ def _rng_preserved() -> Iterator[None]:
             torch.cuda.set_rng_state_all(cuda_states)
         random.setstate(py_state)
         np.random.set_state(np_state)
+
+
+def _data_wait(loaders: Any, load_s: float, compute_s: float) -> float:
+    """Seconds a training batch waits for data, from the time one example batch took to build.
+
+    Without workers, loading runs in the training loop: every batch waits for all of it. With
+    ``num_workers`` workers it overlaps training, and a batch waits only when the workers together
+    are slower than the step: ``load_s / num_workers - compute_s``, if positive.
+    """
+    loader = _first_loader(loaders)
+    workers = getattr(loader, "num_workers", 0) or 0
+    return load_s if workers == 0 else max(0.0, load_s / workers - compute_s)
 
 
 def _first_loader(loaders: Any) -> Any:

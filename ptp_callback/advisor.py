@@ -98,11 +98,12 @@ def compare_precisions(
     return sorted(options, key=lambda o: o.step_s)
 
 
-def advice(options: list[PrecisionOption], current: str, fit_s: float | None, *, threshold: float = 1.1,
-           allow_unsafe: bool = False) -> str | None:
+def advice(options: list[PrecisionOption], current: str, fit_s: float | None, *, fixed_s: float = 0.0,
+           threshold: float = 1.1, allow_unsafe: bool = False) -> str | None:
     """A one-line suggestion when another precision is predicted ``threshold`` x faster, else None.
 
-    ``fit_s`` is the predicted fit at the current precision; training time scales with the step.
+    ``fit_s`` is the fit at the current precision, of which ``fixed_s`` (data-loader waits,
+    checkpoint saves) does not depend on the precision; the rest scales with the step.
     """
     by_label = {o.precision: o for o in options}
     here = by_label.get(current)
@@ -116,8 +117,12 @@ def advice(options: list[PrecisionOption], current: str, fit_s: float | None, *,
     if gain < threshold:
         return None
     if fit_s:
+        fixed_s = min(max(0.0, fixed_s), fit_s)
+        new_fit = fixed_s + (fit_s - fixed_s) / gain
+        if fit_s / new_fit < threshold:
+            return None
         return (f"{current} -> {best.precision} would cut this fit from {format_duration(fit_s)} "
-                f"to {format_duration(fit_s / gain)} (step {format_duration(here.step_s)} -> "
+                f"to {format_duration(new_fit)} (step {format_duration(here.step_s)} -> "
                 f"{format_duration(best.step_s)}, predicted)")
     return (f"{current} -> {best.precision} would cut each step from {format_duration(here.step_s)} to "
             f"{format_duration(best.step_s)} (predicted)")

@@ -58,6 +58,18 @@ class StepStats:
         self._early: list[float] = []  # intervals after warm-up, before the warm-up tail is settled
         self._skipped = 0
         self.val_runs: list[tuple[float, int]] = []  # (seconds, batches) per validation run
+        self._waits: deque[float] = deque(maxlen=window)
+
+    def batch_start(self, t: float) -> None:
+        """The batch is fetched: the time since the previous batch ended was data-loader wait
+        (and Lightning's batch transfer), which a faster precision does not shorten."""
+        if self._last_end is not None and self._seen >= self.warmup_batches and not self._excluded:
+            self._waits.append(max(0.0, t - self._last_end))
+
+    @property
+    def data_wait_s(self) -> float | None:
+        """Mean data-loader wait per batch after warm-up (``None`` before any)."""
+        return sum(self._waits) / len(self._waits) if self._waits else None
 
     def batch_end(self, t: float) -> None:
         if self._last_end is not None:

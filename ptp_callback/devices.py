@@ -16,6 +16,9 @@ Conventions for the numbers in the table:
 * A missing key means the GPU has no fast path for that dtype (no ``bf16`` on
   V100/T4, no ``fp8`` before Hopper/Ada), so ``peak()`` returns ``None``.
 * Bandwidth is the datasheet DRAM number in GB/s (1 GB = 1e9 bytes).
+* ``interconnect_gbs`` is GPU-to-GPU bandwidth per direction: half the datasheet's bidirectional
+  NVLink figure (H100/H200 SXM 900 -> 450, H100 NVL bridge 600 -> 300, A100 SXM 600 -> 300, V100
+  SXM2 300 -> 150, B200 1800 -> 900), else the PCIe slot (Gen5 x16 64, Gen4 32, Gen3 16 GB/s).
 
 Example::
 
@@ -112,6 +115,9 @@ class DeviceSpec:
     peak_tflops: Mapping[str, float] = field(hash=False)
     name_patterns: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
+    # GPU-to-GPU bandwidth per direction in GB/s (NVLink, else the PCIe slot): what a ring
+    # all-reduce between GPUs of one server moves per GPU. None where unknown.
+    interconnect_gbs: float | None = None
     _compiled: tuple[re.Pattern[str], ...] = field(
         default=(), init=False, repr=False, compare=False, hash=False
     )
@@ -204,6 +210,7 @@ _BUILTIN: tuple[DeviceSpec, ...] = (
     # ---------------------------------------------------------------- Hopper
     DeviceSpec(
         key="h100-sxm", name="NVIDIA H100 SXM5 80GB", arch="hopper",
+        interconnect_gbs=450,
         sm_count=132, memory_gb=80, memory_bw_gbs=3352, l2_mb=50,
         peak_tflops={"fp64": 33.5, "fp64_tc": 66.9, "fp32": 66.9, "tf32": 494.7,
                      "fp16": 989.4, "bf16": 989.4, "fp8": 1978.9},
@@ -219,6 +226,7 @@ _BUILTIN: tuple[DeviceSpec, ...] = (
     ),
     DeviceSpec(
         key="h100-pcie", name="NVIDIA H100 PCIe 80GB", arch="hopper",
+        interconnect_gbs=64,
         sm_count=114, memory_gb=80, memory_bw_gbs=2000, l2_mb=50,
         peak_tflops={"fp64": 26.0, "fp64_tc": 51.0, "fp32": 51.0, "tf32": 378.0,
                      "fp16": 756.5, "bf16": 756.5, "fp8": 1513.0},
@@ -231,6 +239,7 @@ _BUILTIN: tuple[DeviceSpec, ...] = (
     ),
     DeviceSpec(
         key="h100-nvl", name="NVIDIA H100 NVL 94GB", arch="hopper",
+        interconnect_gbs=300,
         sm_count=132, memory_gb=94, memory_bw_gbs=3900, l2_mb=50,
         peak_tflops={"fp64": 30.0, "fp64_tc": 60.0, "fp32": 60.0, "tf32": 417.5,
                      "fp16": 835.5, "bf16": 835.5, "fp8": 1670.5},
@@ -244,6 +253,7 @@ _BUILTIN: tuple[DeviceSpec, ...] = (
     ),
     DeviceSpec(
         key="h200-sxm", name="NVIDIA H200 SXM 141GB", arch="hopper",
+        interconnect_gbs=450,
         sm_count=132, memory_gb=141, memory_bw_gbs=4800, l2_mb=50,
         peak_tflops={"fp64": 33.5, "fp64_tc": 66.9, "fp32": 66.9, "tf32": 494.7,
                      "fp16": 989.4, "bf16": 989.4, "fp8": 1978.9},
@@ -259,6 +269,7 @@ _BUILTIN: tuple[DeviceSpec, ...] = (
     ),
     DeviceSpec(
         key="h200-nvl", name="NVIDIA H200 NVL 141GB", arch="hopper",
+        interconnect_gbs=450,
         sm_count=132, memory_gb=141, memory_bw_gbs=4800, l2_mb=50,
         peak_tflops={"fp64": 30.0, "fp64_tc": 60.0, "fp32": 60.0, "tf32": 417.5,
                      "fp16": 835.5, "bf16": 835.5, "fp8": 1670.5},
@@ -273,6 +284,7 @@ _BUILTIN: tuple[DeviceSpec, ...] = (
     # ---------------------------------------------------------------- Ampere
     DeviceSpec(
         key="a100-sxm-40gb", name="NVIDIA A100 SXM4 40GB", arch="ampere",
+        interconnect_gbs=300,
         sm_count=108, memory_gb=40, memory_bw_gbs=1555, l2_mb=40,
         peak_tflops={"fp64": 9.7, "fp64_tc": 19.5, "fp32": 19.5, "tf32": 156.0,
                      "fp16": 312.0, "bf16": 312.0},
@@ -285,6 +297,7 @@ _BUILTIN: tuple[DeviceSpec, ...] = (
     ),
     DeviceSpec(
         key="a100-sxm-80gb", name="NVIDIA A100 SXM4 80GB", arch="ampere",
+        interconnect_gbs=300,
         sm_count=108, memory_gb=80, memory_bw_gbs=2039, l2_mb=40,
         peak_tflops={"fp64": 9.7, "fp64_tc": 19.5, "fp32": 19.5, "tf32": 156.0,
                      "fp16": 312.0, "bf16": 312.0},
@@ -297,6 +310,7 @@ _BUILTIN: tuple[DeviceSpec, ...] = (
     ),
     DeviceSpec(
         key="a100-pcie-40gb", name="NVIDIA A100 PCIe 40GB", arch="ampere",
+        interconnect_gbs=32,
         sm_count=108, memory_gb=40, memory_bw_gbs=1555, l2_mb=40,
         peak_tflops={"fp64": 9.7, "fp64_tc": 19.5, "fp32": 19.5, "tf32": 156.0,
                      "fp16": 312.0, "bf16": 312.0},
@@ -309,6 +323,7 @@ _BUILTIN: tuple[DeviceSpec, ...] = (
     ),
     DeviceSpec(
         key="a100-pcie-80gb", name="NVIDIA A100 80GB PCIe", arch="ampere",
+        interconnect_gbs=32,
         sm_count=108, memory_gb=80, memory_bw_gbs=1935, l2_mb=40,
         peak_tflops={"fp64": 9.7, "fp64_tc": 19.5, "fp32": 19.5, "tf32": 156.0,
                      "fp16": 312.0, "bf16": 312.0},
@@ -321,6 +336,7 @@ _BUILTIN: tuple[DeviceSpec, ...] = (
     ),
     DeviceSpec(
         key="a10", name="NVIDIA A10", arch="ampere",
+        interconnect_gbs=32,
         sm_count=72, memory_gb=24, memory_bw_gbs=600, l2_mb=6,
         peak_tflops={"fp64": 0.49, "fp32": 31.2, "tf32": 62.5, "fp16": 125.0, "bf16": 125.0},
         name_patterns=(_all_of("a10"),),
@@ -333,6 +349,7 @@ _BUILTIN: tuple[DeviceSpec, ...] = (
     ),
     DeviceSpec(
         key="a10g", name="NVIDIA A10G", arch="ampere",
+        interconnect_gbs=16,
         sm_count=80, memory_gb=24, memory_bw_gbs=600, l2_mb=6,
         peak_tflops={"fp64": 0.55, "fp32": 35.0, "tf32": 35.0, "fp16": 70.0, "bf16": 70.0},
         name_patterns=(_all_of("a10g"),),
@@ -349,6 +366,7 @@ _BUILTIN: tuple[DeviceSpec, ...] = (
     # ---------------------------------------------------------- Ada Lovelace
     DeviceSpec(
         key="l40s", name="NVIDIA L40S", arch="ada",
+        interconnect_gbs=32,
         sm_count=142, memory_gb=48, memory_bw_gbs=864, l2_mb=96,
         peak_tflops={"fp64": 1.43, "fp32": 91.6, "tf32": 183.0, "fp16": 362.05,
                      "bf16": 362.05, "fp8": 733.0},
@@ -363,6 +381,7 @@ _BUILTIN: tuple[DeviceSpec, ...] = (
     ),
     DeviceSpec(
         key="l40", name="NVIDIA L40", arch="ada",
+        interconnect_gbs=32,
         sm_count=142, memory_gb=48, memory_bw_gbs=864, l2_mb=96,
         peak_tflops={"fp64": 1.41, "fp32": 90.5, "tf32": 90.5, "fp16": 181.05,
                      "bf16": 181.05, "fp8": 362.0},
@@ -376,6 +395,7 @@ _BUILTIN: tuple[DeviceSpec, ...] = (
     ),
     DeviceSpec(
         key="l4", name="NVIDIA L4", arch="ada",
+        interconnect_gbs=32,
         sm_count=58, memory_gb=24, memory_bw_gbs=300, l2_mb=48,
         peak_tflops={"fp64": 0.47, "fp32": 30.3, "tf32": 60.0, "fp16": 121.0,
                      "bf16": 121.0, "fp8": 242.5},
@@ -389,6 +409,7 @@ _BUILTIN: tuple[DeviceSpec, ...] = (
     ),
     DeviceSpec(
         key="rtx-4090", name="NVIDIA GeForce RTX 4090", arch="ada",
+        interconnect_gbs=32,
         sm_count=128, memory_gb=24, memory_bw_gbs=1008, l2_mb=72,
         peak_tflops={"fp64": 1.29, "fp32": 82.6, "tf32": 82.6, "fp16": 165.2,
                      "bf16": 165.2, "fp8": 330.3},
@@ -406,6 +427,7 @@ _BUILTIN: tuple[DeviceSpec, ...] = (
     # ---------------------------------------------------------------- Turing
     DeviceSpec(
         key="t4", name="NVIDIA Tesla T4", arch="turing",
+        interconnect_gbs=16,
         sm_count=40, memory_gb=16, memory_bw_gbs=320, l2_mb=4,
         peak_tflops={"fp64": 0.25, "fp32": 8.1, "fp16": 65.0},
         name_patterns=(_all_of("t4"),),
@@ -418,6 +440,7 @@ _BUILTIN: tuple[DeviceSpec, ...] = (
     # ----------------------------------------------------------------- Volta
     DeviceSpec(
         key="v100-sxm2-16gb", name="NVIDIA V100 SXM2 16GB", arch="volta",
+        interconnect_gbs=150,
         sm_count=80, memory_gb=16, memory_bw_gbs=900, l2_mb=6,
         peak_tflops={"fp64": 7.8, "fp32": 15.7, "fp16": 125.0},
         name_patterns=(_all_of("v100", "sxm2?", "16gb"),),
@@ -429,6 +452,7 @@ _BUILTIN: tuple[DeviceSpec, ...] = (
     ),
     DeviceSpec(
         key="v100-sxm2-32gb", name="NVIDIA V100 SXM2 32GB", arch="volta",
+        interconnect_gbs=150,
         sm_count=80, memory_gb=32, memory_bw_gbs=900, l2_mb=6,
         peak_tflops={"fp64": 7.8, "fp32": 15.7, "fp16": 125.0},
         name_patterns=(_all_of("v100", "sxm2?", "32gb"),),
@@ -439,6 +463,7 @@ _BUILTIN: tuple[DeviceSpec, ...] = (
     ),
     DeviceSpec(
         key="v100-pcie-16gb", name="NVIDIA V100 PCIe 16GB", arch="volta",
+        interconnect_gbs=16,
         sm_count=80, memory_gb=16, memory_bw_gbs=900, l2_mb=6,
         peak_tflops={"fp64": 7.0, "fp32": 14.0, "fp16": 112.0},
         name_patterns=(_all_of("v100", "pcie", "16gb"),),
@@ -450,6 +475,7 @@ _BUILTIN: tuple[DeviceSpec, ...] = (
     ),
     DeviceSpec(
         key="v100-pcie-32gb", name="NVIDIA V100 PCIe 32GB", arch="volta",
+        interconnect_gbs=16,
         sm_count=80, memory_gb=32, memory_bw_gbs=900, l2_mb=6,
         peak_tflops={"fp64": 7.0, "fp32": 14.0, "fp16": 112.0},
         name_patterns=(_all_of("v100", "pcie", "32gb"),),
@@ -462,6 +488,7 @@ _BUILTIN: tuple[DeviceSpec, ...] = (
     # ------------------------------------------------------------- Blackwell
     DeviceSpec(
         key="b200", name="NVIDIA B200 (HGX)", arch="blackwell",
+        interconnect_gbs=900,
         sm_count=148, memory_gb=180, memory_bw_gbs=7700, l2_mb=126,
         peak_tflops={"fp64": 37.0, "fp64_tc": 37.0, "fp32": 75.0, "tf32": 1100.0,
                      "fp16": 2250.0, "bf16": 2250.0, "fp8": 4500.0},

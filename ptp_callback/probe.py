@@ -25,7 +25,7 @@ import torch
 from .coefficients import CostCoefficients, coefficients_for
 from .devices import DeviceSpec
 
-_GEMM_SIZES = (256, 1024)
+_GEMM_SIZES = (256, 512, 1024)
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -92,10 +92,9 @@ def _measure(device: torch.device) -> ProbeResult:
             b = torch.randn(n, n, device=device).to(dtype)
             seconds = _timed(lambda: a @ b, device, 3)
             rates[str(n)] = 2 * n**3 / seconds / 1e12
-            if seconds * (_GEMM_SIZES[-1] / n) ** 3 > 0.02:
-                # No fast path for this dtype (fp16 on most CPUs): the larger size would take too
-                # long, and it would run at this rate anyway.
-                rates[str(_GEMM_SIZES[-1])] = rates[str(n)]
+            if seconds * 8 * 4 > 0.25:
+                # No fast path for this dtype (fp16 on most CPUs): the next size (8x the work, timed
+                # 4 times) would cost too much, and would run at about this rate anyway.
                 break
         gemm[key] = rates
     elements = (64 if device.type == "cuda" else 8) * 2**20
@@ -166,12 +165,11 @@ def cpu_coefficients(result: ProbeResult) -> CostCoefficients:
     half_rate_flops = {}
     for key, rates in result.gemm_tflops.items():
         if len(rates) >= 2:
-            small_n, large_n = _GEMM_SIZES
-            small_rate, large_rate = rates[str(small_n)], rates[str(large_n)]
-            # rate(F) = peak * F / (F + F0): solve F0 from the small size against the large one.
-            flops = 2 * small_n**3
-            ratio = max(1e-3, min(1.0, small_rate / large_rate))
-            half_rate_flops[key] = flops * (1.0 / ratio - 1.0)
+            best = max(rates.values())
+            small_n = min(int(n) for n in rates)
+            # rate(F) = best * F / (F + F0): solve F0 from the smallest size against the best rate.
+            ratio = max(1e-3, min(1.0, rates[str(small_n)] / best))
+            half_rate_flops[key] = 2 * small_n**3 * (1.0 / ratio - 1.0)
     base = coefficients_for("hopper")
     return replace(
         base,

@@ -147,11 +147,14 @@ class Lines(logging.Handler):
 def test_prediction_before_step_one_and_summary_at_the_end():
     callback, lines = PrecisionTimeCallback(), Lines()
     logger = logging.getLogger("lightning.pytorch.ptp_callback")
+    level = logger.level
     logger.addHandler(lines)
+    logger.setLevel(logging.INFO)  # other tests may quieten Lightning's loggers
     try:
         trainer([callback], enable_progress_bar=False).fit(Tiny(), *loaders())
     finally:
         logger.removeHandler(lines)
+        logger.setLevel(level)
     messages = lines.lines
     assert any(m.startswith("ptp: predicted fit ") and "at 32-true on " in m for m in messages)
     assert any(m.startswith("ptp: fit took") and "predicted before step one" in m for m in messages)

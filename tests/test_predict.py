@@ -121,3 +121,31 @@ def test_cpu_prediction_uses_a_probe():
     b = (torch.randn(16, 64), torch.randint(0, 10, (16,)))
     pred = ptp.predict_step(model, b, ce_step, precision="32-true", device="cpu")
     assert pred.step_s > 0 and "threads" in pred.device_name
+
+
+def test_op_classes_timed_in_isolation_give_class_corrections():
+    from ptp_callback.calibrate import measure_op_classes
+    from ptp_callback.step import resolve_device
+    from ptp_callback.tracer import trace_step
+
+    model = nn.Sequential(nn.Linear(256, 512), nn.GELU(), nn.Linear(512, 10))
+    b = (torch.randn(128, 256), torch.randint(0, 10, (128,)))
+    spec, coef = resolve_device("cpu")
+    trace = trace_step(model, b, ce_step, None, "32-true", target_type="cpu")
+    corrections = measure_op_classes(trace, spec, coef, torch.device("cpu"), budget_s=2.0, min_share=0.0)
+    assert "gemm" in corrections
+    assert all(0.0 < value < 1e3 and math.isfinite(value) for value in corrections.values())
+    assert all(p.grad is None for p in model.parameters())  # the user's model is not run
+
+
+def test_gradient_all_reduce_arithmetic():
+    from ptp_callback.comm import COLLECTIVE_LATENCY_S, RING_EFFICIENCY, allreduce_seconds, ddp_exposed_seconds
+
+    # 1 GB on 4 GPUs over 450 GB/s links: 2 x 3/4 x 1 GB = 1.5 GB per GPU at 450e9 x efficiency
+    expected = COLLECTIVE_LATENCY_S + 1.5e9 / (450e9 * RING_EFFICIENCY)
+    assert math.isclose(allreduce_seconds(1e9, world_size=4, link_gbs=450.0), expected)
+    assert allreduce_seconds(1e9, world_size=1, link_gbs=450.0) == 0.0
+    # a long backward hides all but the last bucket; a short one hides little
+    hidden = ddp_exposed_seconds(1e9, 1.0, world_size=4, link_gbs=450.0)
+    exposed = ddp_exposed_seconds(1e9, 0.0, world_size=4, link_gbs=450.0)
+    assert hidden < 0.1 * exposed and exposed > expected
