@@ -24,6 +24,11 @@ The machine may be shared, so all runs are interleaved: each round runs every fi
 (with the TQDM bar), then with / without the callback (the order alternating between rounds), and
 the table reports medians over rounds. The ETA runs use ``refresh_s=0`` (ETA recomputed every
 batch), and so do the overhead runs (an upper bound of the per-batch cost).
+
+``OMP_WAIT_POLICY`` defaults to ``PASSIVE`` here (set it in the environment to override): with
+OpenMP's default spinning, a neighbour process holding one of the two cores made a 2-thread MLP
+step ~14x slower (346 ms instead of 24 ms), which no median can repair; passive waiting degrades
+to about one core's speed instead.
 """
 
 from __future__ import annotations
@@ -42,16 +47,19 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
-import lightning as L
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
-from lightning.pytorch.callbacks import TQDMProgressBar
-from torch.utils.data import DataLoader, TensorDataset
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read when torch loads OpenMP: before importing it
 
-from ptp_callback import PrecisionTimeCallback
+import lightning as L  # noqa: E402
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from lightning.pytorch.callbacks import TQDMProgressBar  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+
+from ptp_callback import PrecisionTimeCallback  # noqa: E402
 
 FRACTIONS = (0.05, 0.10, 0.25, 0.50)
 
@@ -136,30 +144,25 @@ class FitConfig:
     note: str = ""
 
 
-def _mlp_loaders(n_train: int, n_val: int) -> Callable[[], tuple[DataLoader, DataLoader]]:
+@lru_cache(maxsize=None)
+def _datasets(kind: str, n_train: int, n_val: int) -> tuple[TensorDataset, TensorDataset]:
+    """Synthetic data, built once per shape and reused by every run of a fit."""
+    g = torch.Generator().manual_seed(0)
+
+    def make(n: int) -> TensorDataset:
+        if kind == "mlp":
+            return TensorDataset(torch.randn(n, 784, generator=g), torch.randint(0, 10, (n,), generator=g))
+        if kind == "cnn":
+            return TensorDataset(torch.randn(n, 3, 32, 32, generator=g), torch.randint(0, 10, (n,), generator=g))
+        return TensorDataset(torch.randint(0, 1000, (n, 64), generator=g))  # token ids
+
+    return make(n_train), make(n_val)
+
+
+def _loaders(kind: str, n_train: int, n_val: int, batch: int, val_batch: int) -> Callable[[], tuple[DataLoader, DataLoader]]:
     def build() -> tuple[DataLoader, DataLoader]:
-        g = torch.Generator().manual_seed(0)
-        train = TensorDataset(torch.randn(n_train, 784, generator=g), torch.randint(0, 10, (n_train,), generator=g))
-        val = TensorDataset(torch.randn(n_val, 784, generator=g), torch.randint(0, 10, (n_val,), generator=g))
-        return DataLoader(train, batch_size=128, shuffle=True), DataLoader(val, batch_size=256)
-    return build
-
-
-def _cnn_loaders(n_train: int, n_val: int) -> Callable[[], tuple[DataLoader, DataLoader]]:
-    def build() -> tuple[DataLoader, DataLoader]:
-        g = torch.Generator().manual_seed(0)
-        train = TensorDataset(torch.randn(n_train, 3, 32, 32, generator=g), torch.randint(0, 10, (n_train,), generator=g))
-        val = TensorDataset(torch.randn(n_val, 3, 32, 32, generator=g), torch.randint(0, 10, (n_val,), generator=g))
-        return DataLoader(train, batch_size=64, shuffle=True), DataLoader(val, batch_size=64)
-    return build
-
-
-def _gpt_loaders(n_train: int, n_val: int) -> Callable[[], tuple[DataLoader, DataLoader]]:
-    def build() -> tuple[DataLoader, DataLoader]:
-        g = torch.Generator().manual_seed(0)
-        train = TensorDataset(torch.randint(0, 1000, (n_train, 64), generator=g))
-        val = TensorDataset(torch.randint(0, 1000, (n_val, 64), generator=g))
-        return DataLoader(train, batch_size=16, shuffle=True), DataLoader(val, batch_size=16)
+        train, val = _datasets(kind, n_train, n_val)
+        return DataLoader(train, batch_size=batch, shuffle=True), DataLoader(val, batch_size=val_batch)
     return build
 
 
@@ -170,15 +173,15 @@ def build_fits(quick: bool) -> list[FitConfig]:
     def n(samples: int, batch: int) -> int:  # whole batches, at least 20 of them
         return max(20, round(samples * s / batch)) * batch
 
-    gpt_steps = max(40, round(1200 * s))
+    gpt_steps = max(40, round(1000 * s))
     return [
-        FitConfig("mlp_32", MLP, _mlp_loaders(n(38_400, 128), 2_560),
+        FitConfig("mlp_32", MLP, _loaders("mlp", n(51_200, 128), 2_560, 128, 256),
                   dict(precision="32-true", max_epochs=3, val_check_interval=0.5)),
-        FitConfig("mlp_bf16_acc", MLP, _mlp_loaders(n(38_400, 128), 2_560),
+        FitConfig("mlp_bf16_acc", MLP, _loaders("mlp", n(166_400, 128), 2_560, 128, 256),
                   dict(precision="bf16-mixed", max_epochs=2, accumulate_grad_batches=2)),
-        FitConfig("cnn_32", CNN, _cnn_loaders(n(19_200, 64), 1_280),
+        FitConfig("cnn_32", CNN, _loaders("cnn", n(35_200, 64), 1_280, 64, 64),
                   dict(precision="32-true", max_epochs=2, limit_val_batches=20)),
-        FitConfig("gpt_tiny_bf16", TinyGPT, _gpt_loaders(gpt_steps * 16, 160),
+        FitConfig("gpt_tiny_bf16", TinyGPT, _loaders("gpt", gpt_steps * 16, 160, 16, 16),
                   dict(precision="bf16-mixed", max_steps=gpt_steps, val_check_interval=gpt_steps // 4)),
     ]
 
@@ -422,7 +425,7 @@ def environment() -> str:
     return "\n".join([
         f"date {datetime.datetime.now().isoformat(timespec='seconds')}, python {platform.python_version()}, "
         f"torch {torch.__version__}, lightning {lightning.__version__}, threads {torch.get_num_threads()} "
-        f"(cpus {os.cpu_count()}), load avg {', '.join(f'{x:.2f}' for x in load)}",
+        f"(cpus {os.cpu_count()}), OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, load avg {', '.join(f'{x:.2f}' for x in load)}",
         f"cpu probe used by the callback: {probe.device_name}, GEMM GFLOP/s {gemm}, copy {probe.copy_gbps:.1f} GB/s, "
         f"small op {1e6 * probe.small_op_s:.1f} us",
     ])

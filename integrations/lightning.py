@@ -404,7 +404,7 @@ class PrecisionTimeCallback(Callback):
         self.eta_text = f"{format_clock(remaining)} {self.precision_label}".strip() if remaining is not None else ""
         estimate = self.stats.batch
         if self.calibrated_total_s is None and remaining is not None and estimate.samples >= 10:
-            self.calibrated_total_s = self._elapsed_before + now - self._fit_t0 + remaining
+            self.calibrated_total_s = now - self._fit_t0 + remaining  # this run, like the prediction
 
     def _log_metrics(self, trainer: Trainer) -> None:
         if not trainer.loggers or trainer.global_step == 0 or trainer.global_step % max(1, trainer.log_every_n_steps):
@@ -448,7 +448,7 @@ class PrecisionTimeCallback(Callback):
         self._remove_bar_metric()
         if not trainer.is_global_zero:
             return
-        actual = self._elapsed_before + self.clock() - self._fit_t0
+        actual = self.clock() - self._fit_t0  # this run: what the predictions were about
         parts = [f"ptp: fit took {format_duration(actual)}"]
         before = self.predicted_fit_s
         if before is not None:
@@ -469,14 +469,12 @@ class PrecisionTimeCallback(Callback):
     # ------------------------------------------------------------------------------- resume
     def state_dict(self) -> dict[str, Any]:
         elapsed = self._elapsed_before + (self.clock() - self._fit_t0 if self._fit_t0 else 0.0)
-        return {"stats": self.stats.state_dict(), "corrections": dict(self.corrections), "elapsed_s": elapsed,
-                "calibrated_total_s": self.calibrated_total_s}
+        return {"stats": self.stats.state_dict(), "corrections": dict(self.corrections), "elapsed_s": elapsed}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.stats.load_state_dict(state_dict.get("stats", {}))
         self.corrections = dict(state_dict.get("corrections", {}))
         self._elapsed_before = float(state_dict.get("elapsed_s", 0.0))
-        self.calibrated_total_s = state_dict.get("calibrated_total_s")
 
 
 # ---------------------------------------------------------------------------------- helpers

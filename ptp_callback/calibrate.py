@@ -144,7 +144,9 @@ def _materialize(spec: Any, device: torch.device) -> Any:
 
     if isinstance(spec, TensorSpec):
         if spec.dtype.is_floating_point:
-            return torch.randn(spec.shape, device=device).to(spec.dtype)
+            # Positive values: optimizer ops take square roots of second moments; NaNs from
+            # negative inputs can take a slow path and would time something training never runs.
+            return (torch.rand(spec.shape, device=device) + 0.5).to(spec.dtype)
         if spec.dtype == torch.bool:
             return torch.ones(spec.shape, dtype=torch.bool, device=device)
         return torch.zeros(spec.shape, dtype=spec.dtype, device=device)  # valid indices and labels

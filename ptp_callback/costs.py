@@ -126,8 +126,8 @@ class OpCost:
     the math ("fp32", "tf32", "bf16", ...): fp32 GEMMs and convolutions become "tf32" when the
     precision allows TF32 for them. ``backward`` marks a backward kernel (``*_backward*`` ops run
     other kernels than their forward); ``misaligned`` a tensor-core GEMM with a dimension that is
-    not a multiple of 16 bytes (cuBLAS then falls back to slow unvectorized kernels: a vocabulary
-    of 50257 does this); ``aux_bytes`` memory-bound side work inside a compute op (the bias
+    not a multiple of 16 bytes (cuBLAS then falls back to slow narrow-load kernels: a vocabulary
+    of 50257 does this), ``alignment`` the elements all its dimensions are multiples of (1, 2, 4); ``aux_bytes`` memory-bound side work inside a compute op (the bias
     gradient a convolution backward reduces); ``dropout`` fused attention that applies dropout;
     ``gemms`` the implicit GEMMs ``(batch, m, n, k)`` of a convolution (forward: one; backward: data
     and weight gradients); ``layout_bytes`` the activation traffic of converting NCHW tensors to the
@@ -143,6 +143,7 @@ class OpCost:
     causal: bool = False
     backward: bool = False
     misaligned: bool = False
+    alignment: int = 0
     aux_bytes: float = 0.0
     dropout: bool = False
     gemms: tuple[tuple[int, int, int, int], ...] = ()
@@ -403,12 +404,15 @@ def describe_op(
         written = sum(_tensor_bytes(t, 4 if t.is_floating_point() else 1) for t in outputs)
     kernels = _KERNELS.get(name, 1)
     misaligned = False
+    alignment = 0
     aux = 0.0
     if gemm is not None and dtype_key not in ("fp32", "fp64"):
         per_16_bytes = max(1, 16 // dtype.itemsize)
         misaligned = any(d % per_16_bytes for d in gemm[1:])
+        if misaligned:
+            alignment = max(a for a in (1, 2, 4, 8) if a < per_16_bytes and all(d % a == 0 for d in gemm[1:]))
     if name == "convolution_backward" and len(args) > 10 and args[10][2]:
         aux = float(_tensor_bytes(args[0]))  # grad_output read once more for the bias gradient
         kernels += 1
     return OpCost(op_class, flops, float(read + written), kernels, dtype_key, gemm, causal,
-                  "backward" in name, misaligned, aux, dropout, gemms, layout)
+                  "backward" in name, misaligned, alignment, aux, dropout, gemms, layout)

@@ -66,8 +66,11 @@ def gemm_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> fl
         rate = peak * lookup(coef.gemm_eff, "gemm", cost.dtype, False, 1.0) * cost.flops / (cost.flops + half)
         return max(cost.flops / rate, memory)
     if cost.misaligned:
-        # Unvectorized fallback kernels: a flat fraction of peak, whatever the shape.
-        return max(cost.flops / (peak * lookup(coef.gemm_eff, "misaligned", cost.dtype, False, 0.15)), memory)
+        # Narrow-load fallback kernels: their rate grows with the alignment they can use (16-bit
+        # types: align2 kernels ran twice as fast as align1 on the H100); cuBLAS took align1 for
+        # every misaligned TF32 GEMM there. A flat fraction of peak, whatever the shape.
+        width = max(1, cost.alignment) if cost.dtype in ("bf16", "fp16") else 1
+        return max(cost.flops / (peak * lookup(coef.gemm_eff, "misaligned", cost.dtype, False, 0.15) * width), memory)
     return max(wave_seconds(batch, m, n, k, cost.dtype, device, coef), memory)
 
 
@@ -142,7 +145,10 @@ def kernel_seconds(op: OpRecord, device: DeviceSpec, coef: CostCoefficients) -> 
     if cost.op_class == "attention":
         return floor + attention_seconds(op, device, coef)
     efficiency = coef.memory_efficiency(cost.op_class, cost.dtype, cost.backward)
-    return floor + (cost.bytes + cost.aux_bytes) / (bandwidth * efficiency)
+    moved = cost.bytes + cost.aux_bytes
+    if moved < coef.extra.get("cache_bytes", 0.0):
+        bandwidth = coef.extra["cache_bw_gbs"] * 1e9  # a CPU: small tensors stay in its caches
+    return floor + moved / (bandwidth * efficiency)
 
 
 def host_seconds(op: OpRecord, coef: CostCoefficients) -> float:

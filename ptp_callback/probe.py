@@ -42,6 +42,7 @@ class ProbeResult:
     small_op_s: float
     autograd_op_s: float
     probe_s: float
+    cache_copy_gbps: float = 0.0
 
 
 def _device_name(device: torch.device) -> str:
@@ -82,6 +83,15 @@ def _timed(fn: Callable[[], object], device: torch.device, repeats: int) -> floa
     return min(samples)
 
 
+def _single_thread(fn: Callable[[], object], device: torch.device) -> float:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _timed(fn, device, 2)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def _measure(device: torch.device) -> ProbeResult:
     started = time.perf_counter()
     gemm: dict[str, dict[str, float]] = {}
@@ -91,6 +101,11 @@ def _measure(device: torch.device) -> ProbeResult:
             a = torch.randn(n, n, device=device).to(dtype)
             b = torch.randn(n, n, device=device).to(dtype)
             seconds = _timed(lambda: a @ b, device, 3)
+            if device.type == "cpu" and torch.get_num_threads() > 1:
+                # A busy machine can stall a multi-threaded BLAS at its thread barriers for
+                # milliseconds (100x slower small GEMMs, seen on a 2-core VM): one thread times
+                # the capability too, scaled by the threads, and the faster estimate stands.
+                seconds = min(seconds, _single_thread(lambda: a @ b, device) / torch.get_num_threads())
             rates[str(n)] = 2 * n**3 / seconds / 1e12
             if seconds * 8 * 4 > 0.25:
                 # No fast path for this dtype (fp16 on most CPUs): the next size (8x the work, timed
@@ -100,7 +115,11 @@ def _measure(device: torch.device) -> ProbeResult:
     elements = (64 if device.type == "cuda" else 8) * 2**20
     src = torch.randn(elements, device=device)
     dst = torch.empty_like(src)
-    copy_gbps = 2 * src.numel() * 4 / _timed(lambda: dst.copy_(src), device, 5) / 1e9
+    copy_gbps = 2 * src.numel() * 4 / _timed(lambda: dst.copy_(src), device, 10) / 1e9
+    # A CPU's caches hold the small activations of small models: their bandwidth matters there.
+    small_src = torch.randn(2**18, device=device)  # 1 MB
+    small_dst = torch.empty_like(small_src)
+    cache_copy_gbps = 2 * small_src.numel() * 4 / _timed(lambda: small_dst.copy_(small_src), device, 20) / 1e9
     small = torch.zeros(16, device=device)
 
     def small_ops() -> None:
@@ -117,7 +136,7 @@ def _measure(device: torch.device) -> ProbeResult:
 
     autograd_op_s = _timed(tiny_step, device, 3) / (50 * 6)
     return ProbeResult(_device_name(device), torch.__version__, torch.get_num_threads(), gemm, copy_gbps,
-                       small_op_s, autograd_op_s, time.perf_counter() - started)
+                       small_op_s, autograd_op_s, time.perf_counter() - started, cache_copy_gbps)
 
 
 def probe_device(device: torch.device, *, cache: bool = True) -> ProbeResult:
@@ -160,7 +179,8 @@ def cpu_coefficients(result: ProbeResult) -> CostCoefficients:
 
     The size at which a GEMM reaches half its best rate comes from the two probed sizes; the
     per-op host times from the small-op and tiny forward+backward loops. On a CPU the host and
-    the "device" are one thread, so the prediction adds them (``synchronous``).
+    the "device" are one thread, so the prediction adds them (``synchronous``). Ops moving under
+    4 MB run at the probed in-cache copy bandwidth.
     """
     half_rate_flops = {}
     for key, rates in result.gemm_tflops.items():
@@ -191,7 +211,7 @@ def cpu_coefficients(result: ProbeResult) -> CostCoefficients:
         host_step_s=20 * result.small_op_s,
         source=f"CPU probe: {result.device_name}",
         extra={**base.extra, "gemm_model": "roofline", "gemm_half_rate_flops": half_rate_flops,
-               "synchronous": True},
+               "synchronous": True, "cache_bytes": 4e6, "cache_bw_gbs": max(result.cache_copy_gbps, result.copy_gbps)},
     )
 
 
