@@ -76,8 +76,10 @@ class PrecisionTimeCallback(Callback):
         device: predict for this GPU instead of the one the trainer runs on (a short name such as
             ``"h100-sxm"``, a ``torch.cuda.get_device_name()`` string or a ``DeviceSpec``); the ETA
             still calibrates on the real run.
-        advise: predict the other precisions and say when one would be faster. Done at fit start
-            when it costs under 0.5% of the predicted fit, else at fit end (advice for next time).
+        advise: predict the other precisions and say when one would be faster. ``"auto"``: only
+            when it costs under 1% of the fit -- at fit start if it does there, else at fit end
+            (advice for next time); ``True``: always (at fit start if cheap, else at fit end);
+            ``False``: never.
         calibrate_ops: time the heaviest op classes of the step in isolation before training, to
             correct per-class costs (used for the advice); skipped when it would cost over 0.5%.
         warmup_batches: first training batches never used as measurements.
@@ -90,7 +92,7 @@ class PrecisionTimeCallback(Callback):
         self,
         device: Any = None,
         *,
-        advise: bool = True,
+        advise: bool | str = "auto",
         calibrate_ops: bool = True,
         warmup_batches: int = 3,
         refresh_s: float = 1.0,
@@ -276,11 +278,14 @@ class PrecisionTimeCallback(Callback):
                         f"on {spec.name}")
 
     # ----------------------------------------------------------------------- precision advice
+    def _advice_cost_s(self) -> float:
+        """Seconds the advice costs: a trace and a prediction per candidate precision."""
+        return 6 * (self._trace.trace_s + 0.05) if self._trace is not None else float("inf")
+
     def _maybe_advise_now(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not self.advise or self.fit_prediction is None or self.fit_prediction.total_s is None:
             return
-        cost = 6 * (self._trace.trace_s + 0.05)  # one trace per candidate precision
-        if cost < 0.005 * self.fit_prediction.total_s:
+        if self._advice_cost_s() < 0.005 * self.fit_prediction.total_s:
             self._advise(trainer, pl_module, self.fit_prediction.total_s)
             self.advise = False  # done; not again at the end
 
@@ -457,7 +462,8 @@ class PrecisionTimeCallback(Callback):
             parts.append(f"calibrated {format_duration(self.calibrated_total_s)} ({_signed(self.calibrated_total_s, actual)})")
         self.summary = "; ".join(parts)
         _print(trainer, self.summary)
-        if self.advise and self._example is not None and self.fit_prediction is not None:
+        affordable = self.advise is True or self._advice_cost_s() < 0.01 * actual
+        if self.advise and affordable and self._example is not None and self.fit_prediction is not None:
             with self._guard("precision advice"):
                 measured = self.stats.batch.mean_s
                 step = measured * trainer.accumulate_grad_batches if measured else None

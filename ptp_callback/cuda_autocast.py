@@ -115,33 +115,35 @@ def _passthrough_kernel(op: torch._ops.OpOverload) -> Callable[..., Any]:
     return kernel
 
 
+def _to_float32() -> torch.dtype:
+    return torch.float32
+
+
+def _to_lower_precision() -> torch.dtype:
+    return torch.get_autocast_dtype("cpu")
+
+
+# Each policy: the ops it covers and the kernel it registers for one of them.
+_POLICIES: tuple[tuple[tuple[str, ...], Callable[[torch._ops.OpOverload], Callable[..., Any]]], ...] = (
+    (CUDA_FP32_OPS, lambda op: _cast_kernel(op, _to_float32)),
+    (CUDA_FP32_SET_OPT_DTYPE_OPS, _set_opt_dtype_kernel),
+    (CUDA_ONLY_LOWER_PRECISION_OPS, lambda op: _cast_kernel(op, _to_lower_precision)),
+    (CPU_ONLY_FP32_OPS, _passthrough_kernel),
+)
+
+
 @contextlib.contextmanager
 def cuda_autocast_on_cpu() -> Iterator[list[str]]:
     """Give CPU autocast CUDA's cast policy until exit; yields the names of the overridden ops."""
     library = torch.library.Library("aten", "IMPL")
     overridden: list[str] = []
     try:
-        for qualified in CUDA_FP32_OPS:
-            op = _overload(qualified)
-            if op is not None:
-                library.impl(qualified, _cast_kernel(op, lambda: torch.float32), "AutocastCPU")
-                overridden.append(qualified)
-        for qualified in CUDA_FP32_SET_OPT_DTYPE_OPS:
-            op = _overload(qualified)
-            if op is not None:
-                library.impl(qualified, _set_opt_dtype_kernel(op), "AutocastCPU")
-                overridden.append(qualified)
-        for qualified in CUDA_ONLY_LOWER_PRECISION_OPS:
-            op = _overload(qualified)
-            if op is not None:
-                lower = lambda: torch.get_autocast_dtype("cpu")  # noqa: E731
-                library.impl(qualified, _cast_kernel(op, lower), "AutocastCPU")
-                overridden.append(qualified)
-        for qualified in CPU_ONLY_FP32_OPS:
-            op = _overload(qualified)
-            if op is not None:
-                library.impl(qualified, _passthrough_kernel(op), "AutocastCPU")
-                overridden.append(qualified)
+        for ops, make_kernel in _POLICIES:
+            for qualified in ops:
+                op = _overload(qualified)
+                if op is not None:  # an op this PyTorch does not have needs no policy
+                    library.impl(qualified, make_kernel(op), "AutocastCPU")
+                    overridden.append(qualified)
         yield overridden
     finally:
         library._destroy()
