@@ -453,10 +453,34 @@ def trace_step(
     a factory ``params -> optimizer``, or ``None`` for AdamW defaults. ``target_type`` is the
     device type being predicted (``"cuda"`` or ``"cpu"``). With ``train=False`` only the forward
     runs, in eval mode and without gradients (a validation step).
+
+    ``trace_on="auto"`` traces on the target device when this machine has one, and falls back to
+    the CPU proxy if that fails; ``"target"`` insists on the target; ``"cpu"`` always uses the proxy
+    (the mode the cost coefficients were fitted with).
     """
+    device = resolve_trace_device(target_type, trace_on)
+    if trace_on == "auto" and device.type != "cpu":
+        try:
+            return _trace(model, batch, step_fn, optimizer, precision, device, target_type, train)
+        except TraceError as exc:
+            trace = _trace(model, batch, step_fn, optimizer, precision, torch.device("cpu"), target_type, train)
+            trace.notes.append(f"tracing on {device} failed ({exc}); traced on the CPU proxy instead")
+            return trace
+    return _trace(model, batch, step_fn, optimizer, precision, device, target_type, train)
+
+
+def _trace(
+    model: torch.nn.Module,
+    batch: Any,
+    step_fn: StepFn | None,
+    optimizer: OptimizerArg,
+    precision: str | int | PrecisionSpec,
+    device: torch.device,
+    target_type: str,
+    train: bool,
+) -> Trace:
     spec = as_precision(precision)
     step_fn = step_fn or default_step_fn
-    device = resolve_trace_device(target_type, trace_on)
     proxy_for_cuda = device.type == "cpu" and target_type == "cuda"
     started = time.perf_counter()
     recorder_ref: list[_Recorder] = []
