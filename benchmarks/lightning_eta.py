@@ -1,6 +1,6 @@
 """Whole-fit prediction and ETA of ``PrecisionTimeCallback`` in real Lightning fits on this CPU.
 
-usage: python benchmarks/lightning_eta.py [--quick] [--repeats N] [--only a,b]
+usage: python benchmarks/lightning_eta.py [--quick] [--repeats N] [--only a,b] [--omp-passive]
 
 Runs four small Lightning fits on the CPU (synthetic in-memory data) and prints one row per fit:
 
@@ -25,10 +25,13 @@ The machine may be shared, so all runs are interleaved: each round runs every fi
 the table reports medians over rounds. The ETA runs use ``refresh_s=0`` (ETA recomputed every
 batch), and so do the overhead runs (an upper bound of the per-batch cost).
 
-``OMP_WAIT_POLICY`` defaults to ``PASSIVE`` here (set it in the environment to override): with
-OpenMP's default spinning, a neighbour process holding one of the two cores made a 2-thread MLP
-step ~14x slower (346 ms instead of 24 ms), which no median can repair; passive waiting degrades
-to about one core's speed instead.
+On a shared machine, mind OpenMP's waiting: with its default (spinning) policy, a neighbour process
+holding one of the two cores made a 2-thread MLP step ~14x slower (346 ms instead of 24 ms), which
+no median can repair. ``--omp-passive`` reruns the script with ``OMP_WAIT_POLICY=PASSIVE``, which
+degrades to about one core's speed instead, but costs a quiet machine 30-70% on these small-op fits
+(tiny GPT 26 -> 44 ms per step), so the pre-step-one error is then measured against a slowed fit.
+Each run's log line gives the CPU share that other processes (and the hypervisor's steal) took
+during it (``others``), from ``/proc/stat`` minus this process's own CPU time.
 """
 
 from __future__ import annotations
@@ -49,8 +52,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
-
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read when torch loads OpenMP: before importing it
 
 import lightning as L  # noqa: E402
 import torch  # noqa: E402
@@ -251,6 +252,27 @@ class RunResult:
     bar: dict[float, float | None] = field(default_factory=dict)
     summary: str = ""
     ptp_warnings: list[str] = field(default_factory=list)
+    others: float | None = None  # share of the machine's CPU time others (and steal) took during the fit
+
+
+def _cpu_snapshot() -> tuple[float, float] | None:
+    """(machine busy CPU seconds incl. steal, this process's CPU seconds), or None off Linux."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [float(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0.0] * 8)[:8]
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    own = os.times()
+    return (user + nice + system + irq + softirq + steal) / tick, own.user + own.system
+
+
+def _others_share(before: tuple[float, float] | None, after: tuple[float, float] | None, wall: float) -> float | None:
+    if before is None or after is None or wall <= 0:
+        return None
+    others = (after[0] - before[0]) - (after[1] - before[1])
+    return max(0.0, others) / (wall * (os.cpu_count() or 1))
 
 
 def _rel(predicted: float | None, actual: float) -> float | None:
@@ -277,12 +299,15 @@ def run_fit(fit: FitConfig, kind: str) -> RunResult:
     with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("always")
         _ignore_lightning_noise()
+        cpu_before = _cpu_snapshot()
         started = time.perf_counter()
         trainer.fit(module, train_loader, val_loader)
         wall = time.perf_counter() - started
+        cpu_after = _cpu_snapshot()
     found = sorted({str(w.message) for w in caught if w.category.__name__ == "PtpWarning"})
     assert clock.start is not None and clock.end is not None
-    result = RunResult(kind, clock.end - clock.start, wall, ptp_warnings=found)
+    result = RunResult(kind, clock.end - clock.start, wall, ptp_warnings=found,
+                       others=_others_share(cpu_before, cpu_after, wall))
     if ptp is not None:
         result.predicted_s = ptp.predicted_fit_s
         result.calibrated_s = ptp.calibrated_total_s
@@ -330,9 +355,9 @@ def gather_rows(fits: list[FitConfig], repeats: int, log: Callable[[str], None] 
                 extra = ""
                 if result.predicted_s is not None:
                     extra = f", predicted {result.predicted_s:.1f} s"
-                load = f", load {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else ""
+                others = "" if result.others is None else f", others {100 * result.others:.0f}% cpu"
                 log(f"[{k:2d}/{total}] round {r + 1} {fit.name:14s} {kind:7s} fit {result.fit_s:6.1f} s, "
-                    f"trainer.fit {result.wall_s:6.1f} s{extra}{load}")
+                    f"trainer.fit {result.wall_s:6.1f} s{extra}{others}")
     rows = []
     for fit in fits:
         eta = [x for x in runs[fit.name] if x.kind == "eta"]
@@ -357,6 +382,13 @@ def gather_rows(fits: list[FitConfig], repeats: int, log: Callable[[str], None] 
 # ------------------------------------------------------------------------------------------- render
 def _pct(value: float | None, width: int = 6) -> str:
     return f"{'-':>{width}s}" if value is None else f"{100 * value:+{width}.1f}"
+
+
+def _share(runs: list[RunResult]) -> str:
+    values = [x.others for x in runs if x.others is not None]
+    if not values:
+        return "n/a"
+    return f"{100 * statistics.median(values):.0f}% (median; max {100 * max(values):.0f}%)"
 
 
 def render(rows: list[dict]) -> str:
@@ -395,7 +427,8 @@ def render(rows: list[dict]) -> str:
         lines.append(f"  {r['fit']}: with {with_s} s, without {without_s} s (runs: "
                      f"with {', '.join(f'{x.wall_s:.1f}' for x in r['runs'] if x.kind == 'with')}; without "
                      f"{', '.join(f'{x.wall_s:.1f}' for x in r['runs'] if x.kind == 'without')}); "
-                     f"ETA runs {per_round}; median calibrated error {_pct(r['calibrated_error'], 0).strip()}%")
+                     f"ETA runs {per_round}; median calibrated error {_pct(r['calibrated_error'], 0).strip()}%; "
+                     f"others took {_share(r['runs'])} of the CPU")
         if eta_runs and eta_runs[-1].summary:
             lines.append(f"    {eta_runs[-1].summary}")
         for message in sorted({m for x in r["runs"] for m in x.ptp_warnings}):
@@ -411,6 +444,8 @@ def lightning_eta_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeats", type=int, default=None,
                         help="interleaved rounds per fit (default 3, 1 with --quick)")
     parser.add_argument("--only", default=None, help="comma-separated fit names to run")
+    parser.add_argument("--omp-passive", action="store_true",
+                        help="rerun with OMP_WAIT_POLICY=PASSIVE (robust to a busy neighbour, slower when alone)")
     return parser
 
 
@@ -433,6 +468,11 @@ def environment() -> str:
 
 def main() -> None:
     args = lightning_eta_parser().parse_args()
+    if args.omp_passive and os.environ.get("OMP_WAIT_POLICY", "").upper() != "PASSIVE":
+        # OpenMP reads it once, when torch loads it (already imported): start again with it set.
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+        sys.stdout.flush()
+        os.execv(sys.executable, [sys.executable, *sys.argv])
     repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     logging.getLogger("lightning.fabric").setLevel(logging.WARNING)

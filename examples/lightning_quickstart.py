@@ -39,7 +39,7 @@ class Classifier(L.LightningModule):
 
 def main() -> None:
     torch.manual_seed(0)
-    train = TensorDataset(torch.randn(12_800, 784), torch.randint(0, 10, (12_800,)))
+    train = TensorDataset(torch.randn(25_600, 784), torch.randint(0, 10, (25_600,)))
     val = TensorDataset(torch.randn(2_560, 784), torch.randint(0, 10, (2_560,)))
     trainer = L.Trainer(
         accelerator="cpu",

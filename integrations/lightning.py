@@ -67,6 +67,7 @@ _GPU_WARMUP_SANITY_S = (0.2, 0.7)
 _GPU_WARMUP_TRAIN_S = (0.1, 0.15)
 # ModelCheckpoint saves in those fits took 1.2-1.8 s for 1.3-1.6 GB of weights and optimizer state.
 _CHECKPOINT_BYTES_PER_S = 1.0e9
+_SYNC_EVERY = 50  # batches between device synchronizations that keep measured intervals honest
 
 
 class PrecisionTimeCallback(Callback):
@@ -124,12 +125,16 @@ class PrecisionTimeCallback(Callback):
         self._val_t0: float | None = None
         self._val_batches = 0
         self._sanity_t0: float | None = None
+        self._sanity_batch_t0: float | None = None
+        self._sanity_batches: list[float] = []
         self._sanity_s: float | None = None
         self._bar: Any = None
         self._example: tuple[Any, Any, Any] | None = None
         self._checkpoint_s = 0.0
         self._load_s = 0.0  # seconds one example batch took to build (data loading, collate)
         self.comm_s = 0.0  # predicted gradient communication per optimizer step
+        self.sanity_extra_s: float | None = None
+        self.initial_fit_s: float | None = None  # the fit-start prediction, when a later one replaced it
         self._trace: Any = None
         self._spec: Any = None
         self._coef: Any = None
@@ -299,12 +304,12 @@ class PrecisionTimeCallback(Callback):
                                          device=self._spec, corrections=self.corrections or None,
                                          measured_step_s=measured_step_s)
         self.precision_options = options
-        schedule = self.schedule
-        batches = (schedule.total_batches or 0) - schedule.start_batch if schedule is not None else 0
-        wait = self.stats.data_wait_s
-        wait = wait if wait is not None else (self.plan.train_batch_s - (self.step_prediction.step_s - self.plan.optimizer_step_s)
-                                              if self.plan and self.step_prediction else 0.0)
-        text = advice(options, precision.label, fit_s, fixed_s=max(0.0, wait) * batches + self._checkpoint_s)
+        fixed_s = self._checkpoint_s
+        if measured_step_s is None and self.plan is not None and self.step_prediction is not None and self.schedule:
+            # Before any measurement: the predicted data-loader wait does not change with precision.
+            wait = self.plan.train_batch_s - (self.step_prediction.step_s - self.plan.optimizer_step_s)
+            fixed_s += max(0.0, wait) * ((self.schedule.total_batches or 0) - self.schedule.start_batch)
+        text = advice(options, precision.label, fit_s, fixed_s=fixed_s)
         if text:
             self.advice_text = text
             _print(trainer, f"ptp: {text}")
@@ -318,7 +323,11 @@ class PrecisionTimeCallback(Callback):
             self._sanity_s = self.clock() - self._sanity_t0
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if not trainer.is_global_zero or not self.calibrate_ops or self.fit_prediction is None:
+        if not trainer.is_global_zero:
+            return
+        with self._guard("refining the prediction with the sanity check"):
+            self._refine_with_sanity_check(trainer)
+        if not self.calibrate_ops or self.fit_prediction is None:
             return
         if self.fit_prediction.total_s is None or self.fit_prediction.total_s < 200.0:
             return  # a 1 s measurement would cost over 0.5% of a short fit
@@ -326,6 +335,22 @@ class PrecisionTimeCallback(Callback):
             host = getattr(self._coef, "host_op_s", {}).get("optimizer", 0.0) if self._spec.arch == "cpu" else 0.0
             self.corrections = measure_op_classes(self._trace, self._spec, self._coef, trainer.strategy.root_device,
                                                   budget_s=1.0, host_overhead_s=host)
+
+    def _refine_with_sanity_check(self, trainer: Trainer) -> None:
+        """Still before step one: the sanity check ran real validation batches through the real
+        loop. On a CPU (no warm-up to speak of) what a batch took beyond its predicted compute is
+        the loop's own per-batch cost (hooks, logging, data fetch), which training batches pay too."""
+        measured = self._sanity_val_batch_s()
+        if measured is None or self.val_prediction is None or self.plan is None or self.schedule is None:
+            return
+        extra = max(0.0, measured - self.val_prediction.step_s)
+        self.sanity_extra_s = extra
+        self.plan = replace(self.plan, train_batch_s=self.plan.train_batch_s + extra, val_batch_s=measured)
+        self.initial_fit_s = self.predicted_fit_s
+        self.fit_prediction = predict_fit(self.schedule, self.plan)
+        if self.fit_prediction.total_s is not None:
+            _print(trainer, f"ptp: predicted fit {format_duration(self.predicted_fit_s)} after the sanity check "
+                            f"(+{format_duration(extra)} per batch of loop overhead) at {self.precision_label}")
 
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
         if trainer.is_global_zero:
@@ -335,6 +360,10 @@ class PrecisionTimeCallback(Callback):
                            batch_idx: int) -> None:
         if not trainer.is_global_zero:
             return
+        if trainer.strategy.root_device.type == "cuda" and self.stats.batches_seen % _SYNC_EVERY == self.stats.warmup_batches:
+            # Kernels run behind the host: without a sync now and then, early intervals would time
+            # the host filling the launch queue. Once every _SYNC_EVERY batches costs a few us.
+            torch.cuda.synchronize(trainer.strategy.root_device)
         now = self.clock()
         self.stats.batch_end(now)
         self._refresh(trainer)
@@ -345,9 +374,17 @@ class PrecisionTimeCallback(Callback):
             self._val_t0 = self.clock()
             self._val_batches = 0
 
+    def on_validation_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int,
+                                  dataloader_idx: int = 0) -> None:
+        if trainer.sanity_checking:
+            self._sanity_batch_t0 = self.clock()
+
     def on_validation_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
                                 batch_idx: int, dataloader_idx: int = 0) -> None:
-        if not trainer.sanity_checking:
+        if trainer.sanity_checking:
+            if self._sanity_batch_t0 is not None:
+                self._sanity_batches.append(self.clock() - self._sanity_batch_t0)
+        else:
             self._val_batches += 1
 
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -392,12 +429,12 @@ class PrecisionTimeCallback(Callback):
         return left.seconds
 
     def _sanity_val_batch_s(self) -> float | None:
-        # The sanity check pays the forward's warm-up: only trusted on a CPU, where there is little.
-        if self._sanity_s is None or not self.schedule or not self.schedule.sanity_batches:
+        """A validation batch's time from the sanity check: the fastest of its batches after the
+        first (which pays the first call's set-up), and only on a CPU: a GPU's first batches pay
+        kernel loading and autotuning for seconds."""
+        if getattr(self, "_spec", None) is None or self._spec.arch != "cpu" or len(self._sanity_batches) < 2:
             return None
-        if getattr(self, "_spec", None) is None or self._spec.arch != "cpu":
-            return None
-        return self._sanity_s / self.schedule.sanity_batches
+        return min(self._sanity_batches[1:])
 
     def _refresh(self, trainer: Trainer, force: bool = False) -> None:
         now = self.clock()
@@ -456,6 +493,8 @@ class PrecisionTimeCallback(Callback):
         actual = self.clock() - self._fit_t0  # this run: what the predictions were about
         parts = [f"ptp: fit took {format_duration(actual)}"]
         before = self.predicted_fit_s
+        if self.initial_fit_s is not None:
+            parts.append(f"predicted at fit start {format_duration(self.initial_fit_s)} ({_signed(self.initial_fit_s, actual)})")
         if before is not None:
             parts.append(f"predicted before step one {format_duration(before)} ({_signed(before, actual)})")
         if self.calibrated_total_s is not None:

@@ -75,7 +75,10 @@ def compare_precisions(
     """Predicted step time at each candidate precision, fastest first.
 
     ``corrections`` are per-class calibration factors; ``measured_step_s`` the measured step at
-    the ``current`` precision, whose ratio to the prediction scales every candidate.
+    the ``current`` precision. What it adds to the prediction is taken as precision-independent
+    work (framework loop, data loading, host noise) and added to every candidate -- so the advice
+    never promises a gain from time no precision can cut; a prediction that was too slow instead
+    scales every candidate down by the same factor.
     """
     spec, coef = resolve_device(device)
     current_spec = as_precision(current)
@@ -89,11 +92,16 @@ def compare_precisions(
         except TraceError:
             continue  # e.g. an op without a half-precision kernel: that precision is not an option
         predicted[candidate.label] = simulate(trace, spec, coef, corrections).step_s
-    residual = measured_step_s / predicted[current_spec.label] if measured_step_s and current_spec.label in predicted else 1.0
     base = predicted.get(current_spec.label)
+    if measured_step_s and base:
+        extra = measured_step_s - base
+        calibrated = {k: (v + extra if extra >= 0 else v * measured_step_s / base) for k, v in predicted.items()}
+    else:
+        calibrated = predicted
+    here = calibrated.get(current_spec.label)
     options = [
-        PrecisionOption(label, seconds * residual, (base / seconds) if base else 1.0, label in SAFE)
-        for label, seconds in predicted.items()
+        PrecisionOption(label, seconds, (here / seconds) if here else 1.0, label in SAFE)
+        for label, seconds in calibrated.items()
     ]
     return sorted(options, key=lambda o: o.step_s)
 

@@ -107,6 +107,11 @@ class StepStats:
         self._excluded = 0.0
 
     @property
+    def batches_seen(self) -> int:
+        """Intervals seen so far in this process (warm-up included)."""
+        return self._seen
+
+    @property
     def batch(self) -> BatchEstimate:
         values = list(self._kept) or self._early
         if not values:

@@ -61,9 +61,11 @@ def gemm_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> fl
     peak = peak_flops(device, cost.dtype)
     memory = cost.bytes / (_bandwidth(device) * coef.memory_efficiency("gemm", cost.dtype))
     if coef.extra.get("gemm_model") == "roofline":
-        # A CPU: measured rates, ramping up with the work per call (threads need enough of it).
-        half = coef.extra.get("gemm_half_rate_flops", {}).get(cost.dtype, 0.0)
-        rate = peak * lookup(coef.gemm_eff, "gemm", cost.dtype, False, 1.0) * cost.flops / (cost.flops + half)
+        # A CPU: measured rates, falling with the smallest dimension (packing and blocking
+        # overheads are amortized over fewer multiply-adds).
+        smallest = min(m, n, k)
+        half = coef.extra.get("gemm_half_rate_dim", {}).get(cost.dtype, 0.0)
+        rate = peak * lookup(coef.gemm_eff, "gemm", cost.dtype, False, 1.0) * smallest / (smallest + half)
         return max(cost.flops / rate, memory)
     if cost.misaligned:
         # Narrow-load fallback kernels: their rate grows with the alignment they can use (16-bit

@@ -26,6 +26,7 @@ from .coefficients import CostCoefficients, coefficients_for
 from .devices import DeviceSpec
 
 _GEMM_SIZES = (256, 512, 1024)
+_SKINNY = "64x1024x1024"
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -97,17 +98,19 @@ def _measure(device: torch.device) -> ProbeResult:
     gemm: dict[str, dict[str, float]] = {}
     for key, dtype in _DTYPES.items():
         rates: dict[str, float] = {}
-        for n in _GEMM_SIZES:
-            a = torch.randn(n, n, device=device).to(dtype)
-            b = torch.randn(n, n, device=device).to(dtype)
+        # Square sizes, then a skinny one (a 64-row batch through a 1024-wide layer): how the rate
+        # falls with the smallest dimension is what small batches and narrow layers meet.
+        for label, (m, n, k) in [(_SKINNY, (64, 1024, 1024))] + [(str(s), (s, s, s)) for s in _GEMM_SIZES]:
+            a = torch.randn(m, k, device=device).to(dtype)
+            b = torch.randn(k, n, device=device).to(dtype)
             seconds = _timed(lambda: a @ b, device, 3)
             if device.type == "cpu" and torch.get_num_threads() > 1:
                 # A busy machine can stall a multi-threaded BLAS at its thread barriers for
                 # milliseconds (100x slower small GEMMs, seen on a 2-core VM): one thread times
                 # the capability too, scaled by the threads, and the faster estimate stands.
                 seconds = min(seconds, _single_thread(lambda: a @ b, device) / torch.get_num_threads())
-            rates[str(n)] = 2 * n**3 / seconds / 1e12
-            if seconds * 8 * 4 > 0.25:
+            rates[label] = 2 * m * n * k / seconds / 1e12
+            if label != _SKINNY and seconds * 8 * 4 > 0.25:
                 # No fast path for this dtype (fp16 on most CPUs): the next size (8x the work, timed
                 # 4 times) would cost too much, and would run at about this rate anyway.
                 break
@@ -150,7 +153,7 @@ def probe_device(device: torch.device, *, cache: bool = True) -> ProbeResult:
         except (OSError, TypeError, ValueError):
             pass
     result = _measure(device)
-    if cache:
+    if cache and result.probe_s < 3.0:  # a slow probe ran on a busy machine: do not keep it
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "w") as f:
@@ -177,19 +180,18 @@ def cpu_spec(result: ProbeResult) -> DeviceSpec:
 def cpu_coefficients(result: ProbeResult) -> CostCoefficients:
     """Coefficients for a CPU: rates are measured, so efficiencies are relative to the probe.
 
-    The size at which a GEMM reaches half its best rate comes from the two probed sizes; the
+    The smallest GEMM dimension at which the rate is half the best comes from the skinny probe; the
     per-op host times from the small-op and tiny forward+backward loops. On a CPU the host and
     the "device" are one thread, so the prediction adds them (``synchronous``). Ops moving under
     4 MB run at the probed in-cache copy bandwidth.
     """
-    half_rate_flops = {}
+    half_dim = {}
     for key, rates in result.gemm_tflops.items():
-        if len(rates) >= 2:
-            best = max(rates.values())
-            small_n = min(int(n) for n in rates)
-            # rate(F) = best * F / (F + F0): solve F0 from the smallest size against the best rate.
-            ratio = max(1e-3, min(1.0, rates[str(small_n)] / best))
-            half_rate_flops[key] = 2 * small_n**3 * (1.0 / ratio - 1.0)
+        best = max(rates.values())
+        if _SKINNY in rates:
+            # rate = best * d / (d + d0) with d the smallest dimension: d0 from the skinny probe.
+            ratio = max(1e-3, min(1.0, rates[_SKINNY] / best))
+            half_dim[key] = 64 * (1.0 / ratio - 1.0)
     base = coefficients_for("hopper")
     return replace(
         base,
@@ -210,7 +212,7 @@ def cpu_coefficients(result: ProbeResult) -> CostCoefficients:
         sync_s=0.0,
         host_step_s=20 * result.small_op_s,
         source=f"CPU probe: {result.device_name}",
-        extra={**base.extra, "gemm_model": "roofline", "gemm_half_rate_flops": half_rate_flops,
+        extra={**base.extra, "gemm_model": "roofline", "gemm_half_rate_dim": half_dim,
                "synchronous": True, "cache_bytes": 4e6, "cache_bw_gbs": max(result.cache_copy_gbps, result.copy_gbps)},
     )
 
@@ -228,7 +230,7 @@ def refine_with_probe(spec: DeviceSpec, coef: CostCoefficients, result: ProbeRes
     peaks = dict(spec.peak_tflops)
     n = _GEMM_SIZES[-1]
     for key, rates in result.gemm_tflops.items():
-        measured = rates.get(str(n))
+        measured = rates.get(str(n))  # the square 1024^3 GEMM
         if not measured or key not in peaks:
             continue
         cost = OpCost("gemm", 2.0 * n**3, 3.0 * n * n * _DTYPES[key].itemsize, 1, key, (1, n, n, n))
