@@ -43,7 +43,7 @@ from ptp_callback.advisor import advice, compare_precisions
 from ptp_callback.calibrate import StepStats, measure_op_classes
 from ptp_callback.comm import ddp_exposed_seconds, fsdp_exposed_seconds
 from ptp_callback.display import format_clock, format_duration
-from ptp_callback.eta import FitPlan, FitPrediction, predict_fit, remaining_time
+from ptp_callback.eta import FitPlan, FitPrediction, plan_fit, predict_fit, remaining_time
 from ptp_callback.precision import PRECISIONS, PrecisionSpec
 from ptp_callback.predict import StepPrediction, simulate
 from ptp_callback.schedule import FitSchedule
@@ -60,12 +60,7 @@ class PtpWarning(UserWarning):
     """A problem inside ptp_callback; the fit goes on with measured timing."""
 
 
-# Extra seconds of a GPU fit's first steps, measured in the Lightning fits of ../shared/h100/fits.jsonl
-# (H100, first batches and the 2-batch sanity check vs steady ones): about 0.2 s for the sanity check
-# and 0.1 s for the first training batch, plus 0.7 s and 0.15 s more under autocast.
-_GPU_WARMUP_SANITY_S = (0.2, 0.7)
-_GPU_WARMUP_TRAIN_S = (0.1, 0.15)
-# ModelCheckpoint saves in those fits took 1.2-1.8 s for 1.3-1.6 GB of weights and optimizer state.
+# torch.save of weights and optimizer state to a local disk: an assumed 1 GB/s, not measured here.
 _CHECKPOINT_BYTES_PER_S = 1.0e9
 _SYNC_EVERY = 50  # batches between device synchronizations that keep measured intervals honest
 
@@ -214,19 +209,11 @@ class PrecisionTimeCallback(Callback):
     def _plan(self, trainer: Trainer, precision: PrecisionSpec, on_gpu: bool) -> FitPlan:
         step = self.step_prediction
         assert step is not None
-        optimizer_s = step.breakdown["phase"].get("optimizer", 0.0)
-        val_s = self.val_prediction.step_s if self.val_prediction is not None else 0.0
-        autocast = precision.autocast_dtype is not None
-        warmup = 0.0
-        if on_gpu:
-            warmup = _GPU_WARMUP_TRAIN_S[0] + autocast * _GPU_WARMUP_TRAIN_S[1]
-            if self.schedule is not None and self.schedule.sanity_batches:
-                warmup += _GPU_WARMUP_SANITY_S[0] + autocast * _GPU_WARMUP_SANITY_S[1]
-        compute = step.step_s - optimizer_s
-        data = _data_wait(trainer.train_dataloader, self._load_s, step.step_s)
         self.comm_s = self._communication_s(trainer, step) if on_gpu else 0.0
-        return FitPlan(train_batch_s=compute + data, optimizer_step_s=optimizer_s + self.comm_s, val_batch_s=val_s,
-                       warmup_s=warmup)
+        sanity = bool(self.schedule is not None and self.schedule.sanity_batches)
+        return plan_fit(step, self.val_prediction, on_gpu=on_gpu, autocast=precision.autocast_dtype is not None,
+                        sanity=sanity, data_wait_s=_data_wait(trainer.train_dataloader, self._load_s, step.step_s),
+                        comm_s=self.comm_s)
 
     def _communication_s(self, trainer: Trainer, step: StepPrediction) -> float:
         """Gradient communication per optimizer step of DDP / FSDP across ``trainer.world_size`` GPUs."""

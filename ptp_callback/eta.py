@@ -20,13 +20,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from typing import TYPE_CHECKING
+
 from .schedule import FitSchedule
 
-# First steps on an H100 (../shared/h100/steps.jsonl, first_step_s - step_s_median) cost between
-# 0.0 and 8.6 s extra, median 0.29 s over 48 configurations; first steps under autocast were the
-# slow ones. The allowance is that median plus two steady steps, a stated guess, not a fit.
-WARMUP_BASE_S = 0.29
-WARMUP_STEPS = 2.0
+if TYPE_CHECKING:
+    from .predict import StepPrediction
+
+# Extra seconds of a GPU fit's first steps, from the Lightning fits of ../shared/h100/fits.jsonl
+# (H100; first batches and the 2-batch sanity check against steady ones): about 0.2 s for the sanity
+# check and 0.1 s for the first training batch, plus 0.7 s and 0.15 s more under autocast. After the
+# last batch those fits took another 1.2-1.8 s to reach on_fit_end (loop and loader teardown).
+GPU_WARMUP_SANITY_S = (0.2, 0.7)
+GPU_WARMUP_TRAIN_S = (0.1, 0.15)
+GPU_TEARDOWN_S = 1.5
 
 
 @dataclass(frozen=True)
@@ -35,7 +42,7 @@ class FitPlan:
 
     ``train_batch_s`` is one micro-batch (forward + backward, and data-loader wait when known);
     ``optimizer_step_s`` one optimizer step; ``val_batch_s`` one validation batch; ``warmup_s`` the
-    one-off cost of the first steps (kernel loading, autotuning).
+    one-off costs (the first steps' kernel loading and autotuning, the end's teardown).
     """
 
     train_batch_s: float
@@ -56,9 +63,30 @@ class FitPrediction:
     capped_by_max_time: bool = False
 
 
-def warmup_allowance(step_s: float, on_gpu: bool) -> float:
-    """One-off extra seconds of the first steps: measured on GPUs, negligible on a CPU."""
-    return WARMUP_BASE_S + WARMUP_STEPS * step_s if on_gpu else WARMUP_STEPS * 0.0
+def plan_fit(
+    step: StepPrediction,
+    val_step: StepPrediction | None,
+    *,
+    on_gpu: bool,
+    autocast: bool,
+    sanity: bool,
+    data_wait_s: float = 0.0,
+    comm_s: float = 0.0,
+) -> FitPlan:
+    """Per-unit times of a fit from its predicted training and validation steps.
+
+    A micro-batch costs the step without its optimizer phase plus the data-loader wait; the
+    optimizer step (with gradient communication, ``comm_s``) once per optimizer step; on a GPU
+    the first steps' warm-up and the end's teardown are measured allowances (see above).
+    """
+    optimizer_s = step.breakdown["phase"].get("optimizer", 0.0)
+    warmup = 0.0
+    if on_gpu:
+        warmup = GPU_WARMUP_TRAIN_S[0] + autocast * GPU_WARMUP_TRAIN_S[1] + GPU_TEARDOWN_S
+        if sanity:
+            warmup += GPU_WARMUP_SANITY_S[0] + autocast * GPU_WARMUP_SANITY_S[1]
+    return FitPlan(train_batch_s=step.step_s - optimizer_s + data_wait_s, optimizer_step_s=optimizer_s + comm_s,
+                   val_batch_s=val_step.step_s if val_step is not None else 0.0, warmup_s=warmup)
 
 
 def predict_fit(schedule: FitSchedule, plan: FitPlan, *, batches_done: int | None = None,
