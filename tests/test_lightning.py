@@ -217,3 +217,20 @@ def test_ddp_with_two_processes_prints_on_rank_zero_only():
     assert output.count("after the sanity check") == 1
     assert output.count("ptp: fit took") == 1
     assert "world_size=2 ranks_done=2" in output
+
+
+def test_logged_values_reach_the_trainers_logger(tmp_path):
+    import csv
+
+    from lightning.pytorch.loggers import CSVLogger
+
+    logger = CSVLogger(tmp_path, name="run")
+    trainer([PrecisionTimeCallback(refresh_s=0.0)], enable_progress_bar=False, logger=logger,
+            log_every_n_steps=5).fit(Tiny(), *loaders())
+    with open(os.path.join(logger.log_dir, "metrics.csv")) as f:
+        rows = list(csv.DictReader(f))
+    eta = [float(r["ptp/eta_s"]) for r in rows if r.get("ptp/eta_s")]
+    measured = [float(r["ptp/step_s_measured"]) for r in rows if r.get("ptp/step_s_measured")]
+    assert len(eta) >= 3 and eta[-1] < eta[0]  # counts down
+    assert measured and all(m > 0 for m in measured)
+    assert any(r.get("ptp/step_s_predicted") for r in rows)
