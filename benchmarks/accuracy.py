@@ -25,7 +25,7 @@ from collections import defaultdict
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from h100_data import PRECISIONS, build_on_meta, load_measured  # noqa: E402
+from h100_data import PRECISIONS, build_on_meta, load_measured, quiet_transformers  # noqa: E402
 
 import ptp_callback as ptp  # noqa: E402
 
@@ -106,12 +106,7 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated workload names")
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown (for README)")
     args = parser.parse_args()
-    try:
-        import transformers
-
-        transformers.logging.set_verbosity_error()
-    except ImportError:
-        pass
+    quiet_transformers()
     rows, trace_times = gather_rows(set(args.only.split(",")) if args.only else None)
     print(f"ptp_callback accuracy on ../shared/h100 (device h100-sxm), {time.strftime('%Y-%m-%d')}")
     print(render(rows, trace_times, args.markdown))

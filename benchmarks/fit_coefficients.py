@@ -26,7 +26,7 @@ from dataclasses import replace
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from h100_data import PRECISIONS, build_on_meta, load_measured, load_micro  # noqa: E402
+from h100_data import PRECISIONS, build_on_meta, load_measured, load_micro, quiet_transformers  # noqa: E402
 
 from ptp_callback.coefficients import HOPPER, CostCoefficients  # noqa: E402, F401
 from ptp_callback.costs import OpCost  # noqa: E402
@@ -248,12 +248,7 @@ def main() -> None:
     parser.add_argument("--cv", action="store_true", help="leave-one-workload-out cross-validation")
     parser.add_argument("--only", default="", help="comma-separated workloads")
     args = parser.parse_args()
-    try:
-        import transformers
-
-        transformers.logging.set_verbosity_error()
-    except ImportError:
-        pass
+    quiet_transformers()
     from h100_data import workloads
 
     names = [n for n in workloads() if not args.only or n in args.only.split(",")]

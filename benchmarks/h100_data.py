@@ -69,6 +69,16 @@ def workloads() -> dict[str, tuple[Any, Any, Any]]:
     return WORKLOADS
 
 
+def quiet_transformers() -> None:
+    """Silence transformers' warnings about random-weight configs (the workloads build many)."""
+    try:
+        import transformers
+
+        transformers.logging.set_verbosity_error()
+    except ImportError:
+        pass
+
+
 def build_on_meta(name: str) -> tuple[torch.nn.Module, Any, Any]:
     """The workload's model and batch on the meta device (no memory), and its loss function."""
     make_model, make_batch, loss_fn = workloads()[name]

@@ -24,7 +24,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from h100_data import build_on_meta, shared_path  # noqa: E402
+from h100_data import build_on_meta, shared_path, quiet_transformers  # noqa: E402
 
 from ptp_callback.display import format_duration  # noqa: E402
 from ptp_callback.eta import plan_fit, predict_fit  # noqa: E402
@@ -83,12 +83,7 @@ def render(rows: list[dict]) -> str:
 
 
 def main() -> None:
-    try:
-        import transformers
-
-        transformers.logging.set_verbosity_error()
-    except ImportError:
-        pass
+    quiet_transformers()
     print(f"whole-fit prediction vs ../shared/h100/fits.jsonl (h100-sxm), {time.strftime('%Y-%m-%d')}")
     print(render(gather_rows()))
 

@@ -66,11 +66,10 @@ FRACTIONS = (0.05, 0.10, 0.25, 0.50)
 
 
 # ------------------------------------------------------------------------------------------- models
-class MLP(L.LightningModule):
-    def __init__(self, width: int = 1024) -> None:
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(784, width), nn.GELU(), nn.Linear(width, width), nn.GELU(),
-                                 nn.Linear(width, 10))
+class _Classifier(L.LightningModule):
+    """Cross-entropy training and validation of ``self.net``, logged to the bar."""
+
+    net: nn.Module
 
     def training_step(self, batch, batch_idx):
         x, y = batch
@@ -81,6 +80,13 @@ class MLP(L.LightningModule):
     def validation_step(self, batch, batch_idx):
         x, y = batch
         self.log("val_loss", F.cross_entropy(self.net(x), y), prog_bar=True)
+
+
+class MLP(_Classifier):
+    def __init__(self, width: int = 1024) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(784, width), nn.GELU(), nn.Linear(width, width), nn.GELU(),
+                                 nn.Linear(width, 10))
 
     def configure_optimizers(self):
         return torch.optim.AdamW(self.parameters(), lr=1e-3)
@@ -91,21 +97,11 @@ def _conv(cin: int, cout: int, stride: int) -> nn.Sequential:
                          nn.ReLU(inplace=True))
 
 
-class CNN(L.LightningModule):
+class CNN(_Classifier):
     def __init__(self) -> None:
         super().__init__()
         self.net = nn.Sequential(_conv(3, 32, 1), _conv(32, 64, 2), _conv(64, 64, 2), nn.AdaptiveAvgPool2d(1),
                                  nn.Flatten(), nn.Linear(64, 10))
-
-    def training_step(self, batch, batch_idx):
-        x, y = batch
-        loss = F.cross_entropy(self.net(x), y)
-        self.log("loss", loss, prog_bar=True)
-        return loss
-
-    def validation_step(self, batch, batch_idx):
-        x, y = batch
-        self.log("val_loss", F.cross_entropy(self.net(x), y), prog_bar=True)
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.05, momentum=0.9)
