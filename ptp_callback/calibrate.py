@@ -101,11 +101,6 @@ class StepStats:
         self.val_runs.append((end - start, batches))
         self._excluded += end - start
 
-    def restart_interval(self) -> None:
-        """Forget the open interval (after a pause the next one would not be one batch)."""
-        self._last_end = None
-        self._excluded = 0.0
-
     @property
     def batches_seen(self) -> int:
         """Intervals seen so far in this process (warm-up included)."""

@@ -13,7 +13,7 @@ Online calibration (``calibrate.py``) multiplies them by per-class corrections a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 OP_CLASSES: tuple[str, ...] = (
@@ -59,9 +59,6 @@ class CostCoefficients:
         """Fraction of DRAM bandwidth: most specific of ``class:dtype:bwd``, ``class:bwd``,
         ``class:dtype``, ``class``, else the elementwise value."""
         return lookup(self.mem_eff, op_class, dtype, backward, self.mem_eff["elementwise"])
-
-    def scaled(self, **changes: Any) -> CostCoefficients:
-        return replace(self, **changes)
 
 
 def lookup(table: dict[str, float], op_class: str, dtype: str, backward: bool, default: float) -> float:

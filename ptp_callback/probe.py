@@ -103,12 +103,13 @@ def _measure(device: torch.device) -> ProbeResult:
         for label, (m, n, k) in [(_SKINNY, (64, 1024, 1024))] + [(str(s), (s, s, s)) for s in _GEMM_SIZES]:
             a = torch.randn(m, k, device=device).to(dtype)
             b = torch.randn(k, n, device=device).to(dtype)
-            seconds = _timed(lambda: a @ b, device, 3)
+            matmul = lambda a=a, b=b: a @ b  # noqa: E731 - timed right here, bound for clarity
+            seconds = _timed(matmul, device, 3)
             if device.type == "cpu" and torch.get_num_threads() > 1:
                 # A busy machine can stall a multi-threaded BLAS at its thread barriers for
                 # milliseconds (100x slower small GEMMs, seen on a 2-core VM): one thread times
                 # the capability too, scaled by the threads, and the faster estimate stands.
-                seconds = min(seconds, _single_thread(lambda: a @ b, device) / torch.get_num_threads())
+                seconds = min(seconds, _single_thread(matmul, device) / torch.get_num_threads())
             rates[label] = 2 * m * n * k / seconds / 1e12
             if label != _SKINNY and seconds * 8 * 4 > 0.25:
                 # No fast path for this dtype (fp16 on most CPUs): the next size (8x the work, timed

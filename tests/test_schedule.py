@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import logging
-import sys
 import warnings
 from datetime import timedelta
-from pathlib import Path
 
 
 import pytest
