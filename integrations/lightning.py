@@ -119,10 +119,8 @@ class PrecisionTimeCallback(Callback):
         self._last_refresh = -float("inf")
         self._val_t0: float | None = None
         self._val_batches = 0
-        self._sanity_t0: float | None = None
         self._sanity_batch_t0: float | None = None
         self._sanity_batches: list[float] = []
-        self._sanity_s: float | None = None
         self._bar: Any = None
         self._example: tuple[Any, Any, Any] | None = None
         self._checkpoint_s = 0.0
@@ -302,13 +300,6 @@ class PrecisionTimeCallback(Callback):
             _print(trainer, f"ptp: {text}")
 
     # ------------------------------------------------------------------------ measurements
-    def on_sanity_check_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._sanity_t0 = self.clock()
-
-    def on_sanity_check_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if self._sanity_t0 is not None:
-            self._sanity_s = self.clock() - self._sanity_t0
-
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not trainer.is_global_zero:
             return

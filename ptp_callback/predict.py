@@ -55,11 +55,17 @@ def _bandwidth(device: DeviceSpec) -> float:
     return device.memory_bw_gbs * 1e9
 
 
+def _memory_seconds(nbytes: float, device: DeviceSpec, coef: CostCoefficients, op_class: str, dtype: str,
+                    backward: bool = False) -> float:
+    """Seconds to move ``nbytes`` through DRAM at the class's share of the device's bandwidth."""
+    return nbytes / (_bandwidth(device) * coef.memory_efficiency(op_class, dtype, backward))
+
+
 def gemm_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> float:
     """Time of a GEMM op: wave-quantized tiles on a GPU, a measured-rate roofline on a CPU."""
     batch, m, n, k = cost.gemm or (1, 1, 1, 1)
     peak = peak_flops(device, cost.dtype)
-    memory = cost.bytes / (_bandwidth(device) * coef.memory_efficiency("gemm", cost.dtype))
+    memory = _memory_seconds(cost.bytes, device, coef, "gemm", cost.dtype)
     if coef.extra.get("gemm_model") == "roofline":
         # A CPU: measured rates, falling with the smallest dimension (packing and blocking
         # overheads are amortized over fewer multiply-adds).
@@ -96,7 +102,7 @@ def wave_seconds(batch: int, m: int, n: int, k: int, dtype: str, device: DeviceS
             waves = math.ceil(base_ctas * split / device.sm_count)
             seconds = waves * 2.0 * rows * cols * (k / split + k_fill) / tile_rate
             if split > 1:  # fp32 partial sums written, then read back and reduced
-                seconds += 2.0 * split * batch * m * n * 4 / (_bandwidth(device) * coef.memory_efficiency("elementwise", "fp32"))
+                seconds += _memory_seconds(2.0 * split * batch * m * n * 4, device, coef, "elementwise", "fp32")
             best = min(best, seconds)
     return best
 
@@ -104,24 +110,24 @@ def wave_seconds(batch: int, m: int, n: int, k: int, dtype: str, device: DeviceS
 def conv_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> float:
     """A dense convolution: its implicit GEMMs through the wave model at the conv efficiency, plus
     the NCHW<->NHWC conversions of tensor-core math and the bias-gradient reduction."""
-    bandwidth = _bandwidth(device)
     scale = lookup(coef.conv_eff, "conv", cost.dtype, cost.backward, 0.8)
     if cost.gemms and coef.extra.get("gemm_model") != "roofline":
         compute = sum(wave_seconds(b, m, n, k, cost.dtype, device, coef, scale) for b, m, n, k in cost.gemms)
     else:
         compute = cost.flops / (peak_flops(device, cost.dtype) * lookup(coef.gemm_eff, "gemm", cost.dtype, False, 0.7) * scale)
-    memory = cost.bytes / (bandwidth * coef.memory_efficiency("conv", cost.dtype, cost.backward))
-    layout = cost.layout_bytes * coef.extra.get("conv_layout_passes", 1.0) / (bandwidth * coef.memory_efficiency("elementwise", cost.dtype))
-    aux = cost.aux_bytes / (bandwidth * coef.memory_efficiency("reduction", cost.dtype))
+    memory = _memory_seconds(cost.bytes, device, coef, "conv", cost.dtype, cost.backward)
+    layout = _memory_seconds(cost.layout_bytes * coef.extra.get("conv_layout_passes", 1.0), device, coef,
+                             "elementwise", cost.dtype)
+    aux = _memory_seconds(cost.aux_bytes, device, coef, "reduction", cost.dtype)
     return max(compute, memory) + layout + aux
 
 
 def attention_seconds(op: OpRecord, device: DeviceSpec, coef: CostCoefficients) -> float:
     """Fused attention: FLOPs at a fraction of peak that grows with the keys each query block sweeps."""
     cost = op.cost
+    # The third tensor is the value (query, key, value) forward and the key (grad_out, query, key)
+    # backward: either way its sequence dimension is the key length.
     key_len = op.in_shapes[2][-2] if len(op.in_shapes) > 2 and len(op.in_shapes[2]) >= 2 else 512
-    if cost.backward and len(op.in_shapes) > 3:
-        key_len = op.in_shapes[2][-2]  # (grad_out, query, key, ...): the key's sequence length
     eff = lookup(coef.attention_eff, "attention", cost.dtype, cost.backward, 0.3)
     swept = key_len / 2 if cost.causal else key_len  # a causal query block sweeps half the keys on average
     fill = coef.extra.get("attention_key_fill", 256.0)
@@ -129,8 +135,7 @@ def attention_seconds(op: OpRecord, device: DeviceSpec, coef: CostCoefficients) 
     seconds = cost.flops * (0.5 if cost.causal else 1.0) / (peak_flops(device, cost.dtype) * eff)
     if cost.dropout:
         seconds *= 1.0 + coef.extra.get("attention_dropout_cost", 0.5)
-    memory = cost.bytes / (_bandwidth(device) * coef.memory_efficiency("attention", cost.dtype, cost.backward))
-    return max(seconds, memory)
+    return max(seconds, _memory_seconds(cost.bytes, device, coef, "attention", cost.dtype, cost.backward))
 
 
 def kernel_seconds(op: OpRecord, device: DeviceSpec, coef: CostCoefficients) -> float:
