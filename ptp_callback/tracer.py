@@ -117,6 +117,9 @@ class Trace:
     mappings: tuple[str, ...] = ()
     optimizer_name: str = ""
     notes: list[str] = field(default_factory=list)
+    # Bytes of the optimizer's state after a step (Adam's two moments, SGD's momentum buffers...):
+    # with the parameters, what a checkpoint holds.
+    optimizer_state_bytes: int = 0
 
     @property
     def proxy(self) -> bool:
@@ -552,7 +555,14 @@ def _trace(
         trace_s=time.perf_counter() - started,
         mappings=tuple(mappings),
         optimizer_name=type(optimizer_copy).__name__ if optimizer_copy is not None else "",
+        optimizer_state_bytes=_state_bytes(optimizer_copy) if optimizer_copy is not None else 0,
     )
+
+
+def _state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of the tensors in an optimizer's per-parameter state (step counters included)."""
+    return sum(v.numel() * v.element_size() for state in optimizer.state.values() for v in state.values()
+               if isinstance(v, torch.Tensor))
 
 
 def _param_count(optimizer: torch.optim.Optimizer) -> int:
