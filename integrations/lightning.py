@@ -4,13 +4,11 @@
 >>> from ptp_callback import PrecisionTimeCallback
 >>> trainer = L.Trainer(max_epochs=3, callbacks=[PrecisionTimeCallback()])  # doctest: +SKIP
 
-At ``on_fit_start`` (model moved and wrapped) it reads the fit's schedule, traces one training
-step and one validation step of the LightningModule under the trainer's precision, and logs the
-predicted fit before step one. While training, it measures batches (data-loader wait included),
-validation runs and the sanity check, and turns the schedule's remaining work into an ETA shown in
-the progress bar (TQDM or Rich) as ``eta 1:02:13 bf16-mixed``. At the end it compares the
-prediction made before step one, the calibrated one and the actual fit time, and says when
-another precision is predicted to be faster.
+A translator: at ``on_fit_start`` it reads the fit's schedule and checkpoint saves from the trainer,
+predicts the run (:func:`~ptp_callback.run_prediction.predict_run`: the training and validation
+steps traced under the trainer's precision, the host's costs) and from then on feeds every hook to
+a :class:`~ptp_callback.forecast.RunForecaster` as an event. The forecaster does the arithmetic;
+this module only reads Lightning and shows the result.
 
 ============================== =====================================================================
 shown / logged                 meaning
@@ -19,11 +17,13 @@ bar ``eta``                    remaining time of the whole fit and the precision
 ``ptp/eta_s``                  remaining seconds (to the trainer's loggers, every ``log_every_n_steps``)
 ``ptp/step_s_predicted``       predicted seconds per optimizer step
 ``ptp/step_s_measured``        measured seconds per optimizer step (batches x accumulation)
+log line at fit start          the fit predicted before step one, part by part
+log line at fit end            each part's prediction beside what it measured
 ============================== =====================================================================
 
-It never breaks a fit: any failure inside becomes one warning and measured timing alone. Work
-happens on every rank only where Lightning needs it (reading the schedule may run collectives);
-tracing, printing and the bar are global-rank-zero only.
+It never breaks a fit: any failure inside becomes one warning and measured timing alone. Reading
+the schedule runs on every rank (it may run collectives); predicting, printing and the bar are
+global-rank-zero only.
 """
 
 from __future__ import annotations
@@ -33,36 +33,32 @@ import logging
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from typing import Any
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from ptp_callback.advisor import advice, compare_precisions
-from ptp_callback.calibrate import StepStats, measure_op_classes
-from ptp_callback.comm import ddp_exposed_seconds, fsdp_exposed_seconds
-from ptp_callback.display import format_clock, format_duration
-from ptp_callback.eta import FitPlan, FitPrediction, plan_fit, predict_fit, remaining_time
-from ptp_callback.precision import PRECISIONS, PrecisionSpec
-from ptp_callback.predict import StepPrediction, simulate
-from ptp_callback.schedule import FitSchedule
-from ptp_callback.step import resolve_device
-from ptp_callback.tracer import trace_step
+from ptp_callback.calibrate import measure_op_classes
+from ptp_callback.devices import DeviceSpec, get_device
+from ptp_callback.display import format_clock
+from ptp_callback.forecast import RunForecaster
+from ptp_callback.loaders import example_batch, first_loader, loader_facts
+from ptp_callback.precision import PrecisionSpec
+from ptp_callback.report import plan_line, report_line
+from ptp_callback.run_prediction import RunPrediction, predict_run
 
-from .lightning_schedule import read_schedule
+from .lightning_module import (batch_hooks, communication, has_validation, precision_spec, quiet_logging,
+                               step_code_key, training_step, validation_step)
+from .lightning_schedule import read_checkpoints, read_schedule, time_limit_used
 
-# A child of Lightning's logger: printed like Lightning's own info lines, configured with them.
-log = logging.getLogger("lightning.pytorch.ptp_callback")
+log = logging.getLogger("lightning.pytorch.ptp_callback")  # printed and configured like Lightning's own lines
+
+_SYNC_EVERY = 100  # batches between device syncs that keep measured intervals honest (not the launch queue)
 
 
 class PtpWarning(UserWarning):
     """A problem inside ptp_callback; the fit goes on with measured timing."""
-
-
-# torch.save of weights and optimizer state to a local disk: an assumed 1 GB/s, not measured here.
-_CHECKPOINT_BYTES_PER_S = 1.0e9
-_SYNC_EVERY = 50  # batches between device synchronizations that keep measured intervals honest
 
 
 class PrecisionTimeCallback(Callback):
@@ -71,70 +67,46 @@ class PrecisionTimeCallback(Callback):
     Args:
         device: predict for this GPU instead of the one the trainer runs on (a short name such as
             ``"h100-sxm"``, a ``torch.cuda.get_device_name()`` string or a ``DeviceSpec``); the ETA
-            still calibrates on the real run.
+            still follows the real run.
         advise: predict the other precisions and say when one would be faster. ``"auto"``: only
-            when it costs under 1% of the fit -- at fit start if it does there, else at fit end
-            (advice for next time); ``True``: always (at fit start if cheap, else at fit end);
-            ``False``: never.
-        calibrate_ops: time the heaviest op classes of the step in isolation before training, to
-            correct per-class costs (used for the advice); skipped when it would cost over 0.5%.
-        warmup_batches: first training batches never used as measurements.
+            when it costs under 1% of the fit (at fit start if it does there, else at fit end);
+            ``True``: always; ``False``: never.
+        calibrate_ops: time the heaviest op classes of the step in isolation before training (about a
+            second, only for fits predicted to last over 200 s) to correct the precision advice.
+            Off by default: on an H100 it left launch-bound training slower for the rest of the
+            process; the ETA does not need it.
+        warmup_batches: first training batches never used as steady measurements.
         refresh_s: how often the ETA text is recomputed.
         show_in_progress_bar: add ``eta`` to the progress bar's metrics.
         clock: seconds since an arbitrary origin; injectable for tests.
     """
 
-    def __init__(
-        self,
-        device: Any = None,
-        *,
-        advise: bool | str = "auto",
-        calibrate_ops: bool = True,
-        warmup_batches: int = 3,
-        refresh_s: float = 1.0,
-        show_in_progress_bar: bool = True,
-        clock: Callable[[], float] = time.perf_counter,
-    ) -> None:
-        self.device = device
-        self.advise = advise
-        self.calibrate_ops = calibrate_ops
-        self.refresh_s = refresh_s
-        self.show_in_progress_bar = show_in_progress_bar
-        self.clock = clock
-        self.stats = StepStats(warmup_batches=warmup_batches)
-        self.schedule: FitSchedule | None = None
-        self.step_prediction: StepPrediction | None = None
-        self.val_prediction: StepPrediction | None = None
-        self.plan: FitPlan | None = None
-        self.fit_prediction: FitPrediction | None = None  # made before step one
-        self.calibrated_total_s: float | None = None
+    def __init__(self, device: str | torch.device | DeviceSpec | None = None, *, advise: bool | str = "auto",
+                 calibrate_ops: bool = False, warmup_batches: int = 3, refresh_s: float = 1.0,
+                 show_in_progress_bar: bool = True, clock: Callable[[], float] = time.perf_counter) -> None:
+        if isinstance(device, str) and device.split(":")[0] not in ("cpu", "cuda"):
+            get_device(device)  # an unknown name fails here, with the known ones listed
+        if advise not in (True, False, "auto"):
+            raise ValueError(f"PrecisionTimeCallback(advise={advise!r}): expected True, False or 'auto'")
+        if refresh_s < 0 or warmup_batches < 0:
+            raise ValueError("PrecisionTimeCallback: refresh_s and warmup_batches must be >= 0")
+        self.device, self.advise, self.calibrate_ops = device, advise, calibrate_ops
+        self.warmup_batches = warmup_batches
         self.corrections: dict[str, float] = {}
-        self.precision_label = ""
-        self.eta_text = ""
+        self.refresh_s, self.show_in_progress_bar, self.clock = refresh_s, show_in_progress_bar, clock
+        self.forecaster: RunForecaster | None = None
+        self.prediction: RunPrediction | None = None
+        self.precision_label = self.eta_text = self.summary = ""
         self.last_remaining_s: float | None = None
+        self.calibrated_total_s: float | None = None
         self.advice_text: str | None = None
+        self._active = False
+        self._restored: dict[str, Any] | None = None
         self._warned: set[str] = set()
-        self._fit_t0 = 0.0
-        self._elapsed_before = 0.0  # fit seconds of earlier runs (resume)
         self._last_refresh = -float("inf")
-        self._val_t0: float | None = None
-        self._val_batches = 0
-        self._sanity_batch_t0: float | None = None
-        self._sanity_batches: list[float] = []
         self._bar: Any = None
-        self._example: tuple[Any, Any, Any] | None = None
-        self._checkpoint_s = 0.0
-        self._load_s = 0.0  # seconds one example batch took to build (data loading, collate)
-        self.comm_s = 0.0  # predicted gradient communication per optimizer step
-        self.sanity_extra_s: float | None = None
-        self.initial_fit_s: float | None = None  # the fit-start prediction, when a later one replaced it
-        self._trace: Any = None
-        self._spec: Any = None
-        self._coef: Any = None
-        self.precision_options: list[Any] = []
-        self.summary = ""
 
-    # ------------------------------------------------------------------ failures never break a fit
+    # ---------------------------------------------------------------- failures never break a fit
     def _warn(self, key: str, message: str) -> None:
         if key not in self._warned:
             self._warned.add(key)
@@ -144,305 +116,194 @@ class PrecisionTimeCallback(Callback):
     def _guard(self, what: str) -> Iterator[None]:
         try:
             yield
-        except Exception as exc:  # noqa: BLE001 - inside fit every failure becomes a warning
+        except Exception as exc:  # noqa: BLE001 - inside a fit every failure becomes a warning
             self._warn(what, f"{what} failed ({type(exc).__name__}: {exc}); falling back to measured timing")
 
-    @property
-    def predicted_fit_s(self) -> float | None:
-        """The whole fit's seconds as predicted before step one (``None`` if no prediction)."""
-        if self.fit_prediction is None or self.fit_prediction.total_s is None:
-            return None
-        return self.fit_prediction.total_s + self._checkpoint_s
-
-    # ------------------------------------------------------------------------------ fit start
+    # --------------------------------------------------------------------------- fit start
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._fit_t0 = self.clock()
+        started = self.clock()
         with self._guard("reading the fit's schedule"):
-            self.schedule = read_schedule(trainer)  # every rank: it may run collectives
-        if not trainer.is_global_zero:
+            schedule = read_schedule(trainer)  # every rank: it may run collectives (and starts the loader)
+            saves, every_s, checkpoint = read_checkpoints(trainer, schedule)
+            self.forecaster = RunForecaster(schedule, saves=saves, save_every_s=every_s,
+                                            warmup_batches=self.warmup_batches)
+            self.forecaster.fit_start(started)
+            if self._restored is not None:
+                self.forecaster.load_state_dict(self._restored)
+        self._active = trainer.is_global_zero and self.forecaster is not None
+        if not self._active:
             return
-        self.precision_label = _precision_label(trainer)
+        spec = precision_spec(trainer)
+        self.precision_label = spec.label if spec is not None else str(trainer.precision)
+        own = self.clock()
         with self._guard("predicting the fit"):
-            self._predict_before_step_one(trainer, pl_module)
+            self._predict(trainer, pl_module, spec, checkpoint)
+        forecaster = self.forecaster
+        assert forecaster is not None
+        forecaster.own_work(self.clock() - own)
+        if self.prediction is not None:
+            now = self.clock()
+            forecaster.set_plan(self.prediction.plan, now)
+            _print(trainer, "ptp: " + plan_line(forecaster.initial_parts, forecaster.total_s(now),
+                                                self.precision_label, self.prediction.device.name))
+            if self._advice_cost_s() < 0.005 * (forecaster.predicted_total_s or 0.0):
+                self._advise(trainer, pl_module, forecaster.predicted_total_s)
         if self.show_in_progress_bar:
             self._install_bar_metric(trainer)
-        self._refresh(trainer, force=True)
+        self._refresh(force=True)
 
-    def _predict_before_step_one(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        precision = _precision_spec(trainer)
-        if precision is None:
-            self._warn("precision", f"precision {trainer.precision!r} is not modelled; ETA from measured timing only")
-            return
+    def _predict(self, trainer: Trainer, pl_module: LightningModule, spec: PrecisionSpec | None,
+                 checkpoint: Any) -> None:
+        if spec is None:
+            raise ValueError(f"precision {trainer.precision!r} is not modelled")
         if not pl_module.automatic_optimization:
-            self._warn("manual", "manual optimization is not traced; ETA from measured timing only")
-            return
-        device = self.device if self.device is not None else trainer.strategy.root_device
-        spec, coef = resolve_device(device)
-        loaded_at = time.perf_counter()
-        train_batch = _example_batch(trainer, pl_module, trainer.train_dataloader)
-        self._load_s = time.perf_counter() - loaded_at
-        if train_batch is None:
-            self._warn("batch", "no training batch to trace; ETA from measured timing only")
-            return
-        optimizer = trainer.optimizers[0] if trainer.optimizers else None
-        target_type = "cpu" if spec.arch == "cpu" else "cuda"
-        with _quiet_logging(pl_module):
-            trace = trace_step(pl_module, train_batch, _training_step, optimizer, precision, target_type=target_type)
-            self.step_prediction = simulate(trace, spec, coef)
-            val_batch = _example_batch(trainer, pl_module, trainer.val_dataloaders) if _has_validation(trainer) else None
-            if val_batch is not None:
-                val_trace = trace_step(pl_module, val_batch, _validation_step, None, precision,
-                                       target_type=target_type, train=False)
-                self.val_prediction = simulate(val_trace, spec, coef)
-        self._trace = trace
-        self._spec, self._coef = spec, coef
-        self._example = (train_batch, optimizer, precision)
-        self.plan = self._plan(trainer, precision, spec.arch != "cpu")
-        if self.schedule is not None:
-            self.fit_prediction = predict_fit(self.schedule, self.plan)
-            self._checkpoint_s = self._checkpoint_allowance(trainer)
-            self._log_prediction(trainer, spec)
-        self._maybe_advise_now(trainer, pl_module)
-
-    def _plan(self, trainer: Trainer, precision: PrecisionSpec, on_gpu: bool) -> FitPlan:
-        step = self.step_prediction
-        assert step is not None
-        self.comm_s = self._communication_s(trainer, step) if on_gpu else 0.0
-        sanity = bool(self.schedule is not None and self.schedule.sanity_batches)
-        return plan_fit(step, self.val_prediction, on_gpu=on_gpu, autocast=precision.autocast_dtype is not None,
-                        sanity=sanity, data_wait_s=_data_wait(trainer.train_dataloader, self._load_s, step.step_s),
-                        comm_s=self.comm_s)
-
-    def _communication_s(self, trainer: Trainer, step: StepPrediction) -> float:
-        """Gradient communication per optimizer step of DDP / FSDP across ``trainer.world_size`` GPUs."""
-        link = getattr(self._spec, "interconnect_gbs", None)
-        if trainer.world_size <= 1 or not link or self._trace is None:
-            return 0.0
-        strategy = type(trainer.strategy).__name__.lower()
-        grad_bytes = sum(p.numel() * (4 if p.dtype == torch.float32 else p.element_size())
-                         for p in trainer.lightning_module.parameters() if p.requires_grad)
-        if "fsdp" in strategy:
-            return fsdp_exposed_seconds(grad_bytes, step.step_s, world_size=trainer.world_size, link_gbs=link)
-        if "ddp" in strategy:
-            return ddp_exposed_seconds(grad_bytes, step.breakdown["phase"]["backward"], world_size=trainer.world_size,
-                                       link_gbs=link)
-        return 0.0
-
-    def _checkpoint_allowance(self, trainer: Trainer) -> float:
-        """Seconds of ModelCheckpoint saves: saves x (weights + optimizer state) / write speed."""
-        from lightning.pytorch.callbacks import ModelCheckpoint
-
-        schedule = self.schedule
-        if schedule is None or schedule.total_batches is None:
-            return 0.0
-        saves = 0
-        for cb in trainer.checkpoint_callbacks:
-            if not isinstance(cb, ModelCheckpoint):
-                continue
-            steps = schedule.total_steps or 0
-            if cb._every_n_train_steps:
-                saves += max(0, steps - schedule.start_step) // cb._every_n_train_steps
-            elif cb._every_n_epochs and schedule.batches_per_epoch:
-                epochs = -(-(schedule.total_batches - schedule.start_batch) // schedule.batches_per_epoch)
-                saves += max(1, epochs // cb._every_n_epochs)
-        if not saves or self._trace is None:
-            return 0.0
-        state_bytes = self._trace.param_bytes * 3  # weights + two optimizer moments (Adam-like)
-        return saves * state_bytes / _CHECKPOINT_BYTES_PER_S
-
-    def _log_prediction(self, trainer: Trainer, spec: Any) -> None:
-        fit = self.fit_prediction
-        total = self.predicted_fit_s
-        if fit is None or total is None:
-            _print(trainer, f"ptp: predicted step "
-                            f"{format_duration(self.step_prediction.step_s if self.step_prediction else None)} "
-                            f"at {self.precision_label} on {spec.name} (fit length unbounded)")
-            return
-        parts = f"train {format_duration(fit.train_s)}, validation {format_duration(fit.val_s + fit.sanity_s)}"
-        if self._checkpoint_s:
-            parts += f", checkpoints {format_duration(self._checkpoint_s)}"
-        if self.comm_s:
-            parts += f"; gradient sync {format_duration(self.comm_s)} per step on {trainer.world_size} GPUs"
-        capped = " (stopped by max_time)" if fit.capped_by_max_time else ""
-        _print(trainer, f"ptp: predicted fit {format_duration(total)} ({parts}){capped} at {self.precision_label} "
-                        f"on {spec.name}")
+            raise ValueError("manual optimization is not traced")
+        transform = batch_hooks(pl_module)
+        train_loader = first_loader(trainer.train_dataloader)
+        if train_loader is None:
+            raise ValueError("no training batch to trace")
+        train_batch, load_s = example_batch(train_loader, transform)
+        val_batch, val_facts, sanity = None, None, self.forecaster.schedule.sanity_batches if self.forecaster else 0
+        val_loader = first_loader(trainer.val_dataloaders) if has_validation(trainer) else None
+        if val_loader is not None:
+            val_batch, val_load_s = example_batch(val_loader, transform)
+            val_facts = loader_facts(val_loader, val_batch, val_load_s)
+        run_device = trainer.strategy.root_device
+        with quiet_logging(pl_module):
+            self.prediction = predict_run(
+                pl_module, train_batch, training_step, trainer.optimizers[0] if trainer.optimizers else None, spec,
+                self.device if self.device is not None else run_device, run_device=run_device,
+                val_batch=val_batch, val_step_fn=validation_step,
+                train_loader=loader_facts(train_loader, train_batch, load_s),
+                **({"val_loader": val_facts} if val_facts is not None else {}), sanity_batches=sanity or 0,
+                checkpoint=checkpoint, communication=communication(trainer), loader_started_before_first_epoch=True,
+                model_to_cpu_at_end=True, extra_key=step_code_key(pl_module))
 
     # ----------------------------------------------------------------------- precision advice
     def _advice_cost_s(self) -> float:
         """Seconds the advice costs: a trace and a prediction per candidate precision."""
-        return 6 * (self._trace.trace_s + 0.05) if self._trace is not None else float("inf")
-
-    def _maybe_advise_now(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if not self.advise or self.fit_prediction is None or self.fit_prediction.total_s is None:
-            return
-        if self._advice_cost_s() < 0.005 * self.fit_prediction.total_s:
-            self._advise(trainer, pl_module, self.fit_prediction.total_s)
-            self.advise = False  # done; not again at the end
+        return 6 * (self.prediction.trace_s + 0.05) if self.prediction is not None else float("inf")
 
     def _advise(self, trainer: Trainer, pl_module: LightningModule, fit_s: float | None,
                 measured_step_s: float | None = None) -> None:
-        if self._example is None:
+        prediction, forecaster = self.prediction, self.forecaster
+        if not self.advise or prediction is None or forecaster is None:
             return
-        batch, optimizer, precision = self._example
-        with _quiet_logging(pl_module):
-            options = compare_precisions(pl_module, batch, _training_step, optimizer, current=precision,
-                                         device=self._spec, corrections=self.corrections or None,
-                                         measured_step_s=measured_step_s)
-        self.precision_options = options
-        fixed_s = self._checkpoint_s
-        if measured_step_s is None and self.plan is not None and self.step_prediction is not None and self.schedule:
-            # Before any measurement: the predicted data-loader wait does not change with precision.
-            wait = self.plan.train_batch_s - (self.step_prediction.step_s - self.plan.optimizer_step_s)
-            fixed_s += max(0.0, wait) * ((self.schedule.total_batches or 0) - self.schedule.start_batch)
-        text = advice(options, precision.label, fit_s, fixed_s=fixed_s)
-        if text:
-            self.advice_text = text
-            _print(trainer, f"ptp: {text}")
+        self.advise = False  # once per fit
+        with self._guard("precision advice"), quiet_logging(pl_module):
+            batch, _ = example_batch(first_loader(trainer.train_dataloader), batch_hooks(pl_module))
+            options = compare_precisions(pl_module, batch, training_step, trainer.optimizers[0],
+                                         current=precision_spec(trainer), device=prediction.device,
+                                         corrections=self.corrections or None, measured_step_s=measured_step_s)
+            work = forecaster.schedule.remaining(forecaster.schedule.start_batch)
+            optimizer_s = prediction.step.breakdown["phase"].get("optimizer", 0.0)
+            compute = (work.train_batches or 0) * (prediction.step.step_s - optimizer_s) + \
+                (work.optimizer_steps or 0) * optimizer_s  # the part a precision changes
+            text = advice(options, self.precision_label, fit_s, fixed_s=max(0.0, (fit_s or 0.0) - compute))
+            if text:
+                self.advice_text = text
+                _print(trainer, f"ptp: {text}")
 
-    # ------------------------------------------------------------------------ measurements
+    # ------------------------------------------------------------------------------ events
+    def on_sanity_check_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._active:
+            self.forecaster.sanity_start(self.clock())
+
+    def on_sanity_check_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._active:
+            self.forecaster.sanity_end(self.clock())
+
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if not trainer.is_global_zero:
+        if not self._active:
             return
-        with self._guard("refining the prediction with the sanity check"):
-            self._refine_with_sanity_check(trainer)
-        if not self.calibrate_ops or self.fit_prediction is None:
-            return
-        if self.fit_prediction.total_s is None or self.fit_prediction.total_s < 200.0:
-            return  # a 1 s measurement would cost over 0.5% of a short fit
-        with self._guard("timing op classes"):
-            host = getattr(self._coef, "host_op_s", {}).get("optimizer", 0.0) if self._spec.arch == "cpu" else 0.0
-            self.corrections = measure_op_classes(self._trace, self._spec, self._coef, trainer.strategy.root_device,
-                                                  budget_s=1.0, host_overhead_s=host)
+        p, run_device = self.prediction, trainer.strategy.root_device
+        if self.calibrate_ops and p is not None and (p.device.arch == "cpu") == (run_device.type == "cpu") and \
+                (self.forecaster.predicted_total_s or 0.0) > 200.0:  # 1 s would cost over 0.5% of a shorter fit
+            with self._guard("timing op classes"):
+                started = self.clock()
+                self.corrections = measure_op_classes(p.trace, p.device, p.coefficients, run_device, budget_s=1.0)
+                self.forecaster.own_work(self.clock() - started)
+        self.forecaster.train_start(self.clock(), limit_used_s=time_limit_used(trainer))
 
-    def _refine_with_sanity_check(self, trainer: Trainer) -> None:
-        """Still before step one: the sanity check ran real validation batches through the real
-        loop. On a CPU (no warm-up to speak of) what a batch took beyond its predicted compute is
-        the loop's own per-batch cost (hooks, logging, data fetch), which training batches pay too."""
-        measured = self._sanity_val_batch_s()
-        if measured is None or self.val_prediction is None or self.plan is None or self.schedule is None:
-            return
-        extra = max(0.0, measured - self.val_prediction.step_s)
-        self.sanity_extra_s = extra
-        self.plan = replace(self.plan, train_batch_s=self.plan.train_batch_s + extra, val_batch_s=measured)
-        self.initial_fit_s = self.predicted_fit_s
-        self.fit_prediction = predict_fit(self.schedule, self.plan)
-        if self.fit_prediction.total_s is not None:
-            _print(trainer, f"ptp: predicted fit {format_duration(self.predicted_fit_s)} after the sanity check "
-                            f"(+{format_duration(extra)} per batch of loop overhead) at {self.precision_label}")
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._active:
+            self.forecaster.epoch_start(self.clock())
 
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
-        if trainer.is_global_zero:
-            self.stats.batch_start(self.clock())
+        if self._active:
+            self.forecaster.batch_start(self.clock())
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        if not trainer.is_global_zero:
+        if not self._active:
             return
-        if trainer.strategy.root_device.type == "cuda" and self.stats.batches_seen % _SYNC_EVERY == self.stats.warmup_batches:
-            # Kernels run behind the host: without a sync now and then, early intervals would time
-            # the host filling the launch queue. Once every _SYNC_EVERY batches costs a few us.
+        forecaster = self.forecaster
+        if forecaster.batches.seen % _SYNC_EVERY == self.warmup_batches and trainer.strategy.root_device.type == "cuda":
+            # Kernels run behind the host: without a sync now and then, early intervals would time the
+            # host filling the launch queue. One every _SYNC_EVERY batches costs a few microseconds each.
             torch.cuda.synchronize(trainer.strategy.root_device)
         now = self.clock()
-        self.stats.batch_end(now)
-        self._refresh(trainer)
-        self._log_metrics(trainer)
+        forecaster.batch_end(now)
+        if now - self._last_refresh >= self.refresh_s:
+            self._refresh(now=now)
+            self._log_metrics(trainer)
 
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if not trainer.sanity_checking:
-            self._val_t0 = self.clock()
-            self._val_batches = 0
-
-    def on_validation_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int,
-                                  dataloader_idx: int = 0) -> None:
-        if trainer.sanity_checking:
-            self._sanity_batch_t0 = self.clock()
+        if self._active and not trainer.sanity_checking:
+            self.forecaster.val_start(self.clock())
 
     def on_validation_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
                                 batch_idx: int, dataloader_idx: int = 0) -> None:
-        if trainer.sanity_checking:
-            if self._sanity_batch_t0 is not None:
-                self._sanity_batches.append(self.clock() - self._sanity_batch_t0)
-        else:
-            self._val_batches += 1
+        if self._active:
+            self.forecaster.val_batch_end(self.clock())
 
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if trainer.sanity_checking or self._val_t0 is None:
-            return
-        if trainer.state.fn == "fit":
-            self.stats.validation(self._val_t0, self.clock(), self._val_batches)
-        self._val_t0 = None
-        self._refresh(trainer, force=True)
+        if self._active and not trainer.sanity_checking:
+            self.forecaster.val_end(self.clock())
+            self._refresh(force=True)
 
-    # ------------------------------------------------------------------------------ the ETA
-    def _batches_done(self, trainer: Trainer) -> int:
-        return int(trainer.fit_loop.epoch_loop.batch_progress.total.ready)
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._active:
+            self.forecaster.epoch_end(self.clock())
 
-    def remaining_s(self, trainer: Trainer) -> float | None:
-        """Seconds left in the fit, from measurements once there are some, else the prediction."""
-        if self.schedule is None:
-            return None
-        estimate = self.stats.batch
-        measured = estimate.mean_s is not None
-        if measured:
-            batch_s = estimate.mean_s
-        elif self.plan is not None:
-            schedule = self.schedule
-            steps_per_batch = (schedule.total_steps or 0) / max(1, (schedule.total_batches or 1))
-            batch_s = self.plan.train_batch_s + steps_per_batch * self.plan.optimizer_step_s
-        else:
-            return None
-        val_batch_s = self.stats.val_batch_s()
-        if val_batch_s is None:
-            val_batch_s = self._sanity_val_batch_s()
-        if val_batch_s is None:
-            val_batch_s = self.plan.val_batch_s if self.plan is not None else batch_s / 3
-        elapsed = self._elapsed_before + self.clock() - self._fit_t0
-        left = remaining_time(self.schedule, self._batches_done(trainer), batch_s=batch_s, val_batch_s=val_batch_s,
-                              elapsed_s=elapsed, measured=measured, val_pending=trainer.state.stage == "train")
-        if left.seconds is None:
-            return None
-        if self.schedule.total_batches and self.schedule.total_batches > self.schedule.start_batch:
-            share_left = (left.train_batches or 0) / (self.schedule.total_batches - self.schedule.start_batch)
-            return left.seconds + self._checkpoint_s * share_left
-        return left.seconds
+    def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]) -> None:
+        if self._active and trainer.state.fn == "fit":
+            self.forecaster.save_start(self.clock())  # the write follows; the next hook ends it
 
-    def _sanity_val_batch_s(self) -> float | None:
-        """A validation batch's time from the sanity check: the fastest of its batches after the
-        first (which pays the first call's set-up), and only on a CPU: a GPU's first batches pay
-        kernel loading and autotuning for seconds."""
-        if getattr(self, "_spec", None) is None or self._spec.arch != "cpu" or len(self._sanity_batches) < 2:
-            return None
-        return min(self._sanity_batches[1:])
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._active:
+            self.forecaster.train_end(self.clock())
 
-    def _refresh(self, trainer: Trainer, force: bool = False) -> None:
-        now = self.clock()
-        if not force and now - self._last_refresh < self.refresh_s:
+    # ------------------------------------------------------------------------------- the ETA
+    def remaining_s(self, trainer: Trainer | None = None) -> float | None:
+        """Seconds left in the fit now (``None`` when its length is unknown)."""
+        return self.forecaster.remaining_s(self.clock()) if self.forecaster is not None else None
+
+    def _refresh(self, force: bool = False, now: float | None = None) -> None:
+        now = self.clock() if now is None else now
+        if (not force and now - self._last_refresh < self.refresh_s) or self.forecaster is None:
             return
         self._last_refresh = now
-        remaining = self.remaining_s(trainer)
-        self.last_remaining_s = remaining
+        remaining = self.last_remaining_s = self.forecaster.remaining_s(now)
         self.eta_text = f"{format_clock(remaining)} {self.precision_label}".strip() if remaining is not None else ""
-        estimate = self.stats.batch
-        if self.calibrated_total_s is None and remaining is not None and estimate.samples >= 10:
-            self.calibrated_total_s = now - self._fit_t0 + remaining  # this run, like the prediction
+        if self.calibrated_total_s is None and remaining is not None and self.forecaster.batches.samples >= 10:
+            self.calibrated_total_s = self.forecaster.total_s(now)
 
     def _log_metrics(self, trainer: Trainer) -> None:
-        if not trainer.loggers or trainer.global_step == 0 or trainer.global_step % max(1, trainer.log_every_n_steps):
+        step = trainer.global_step
+        if not trainer.loggers or step == 0 or step % max(1, trainer.log_every_n_steps) or \
+                getattr(self, "_logged_step", -1) == step:
             return
-        if getattr(self, "_logged_step", -1) == trainer.global_step:
-            return
-        self._logged_step = trainer.global_step
-        metrics = {}
-        if self.last_remaining_s is not None:
-            metrics["ptp/eta_s"] = self.last_remaining_s
-        if self.step_prediction is not None:
-            metrics["ptp/step_s_predicted"] = self.step_prediction.step_s
-        if self.stats.batch.mean_s is not None:
-            metrics["ptp/step_s_measured"] = self.stats.batch.mean_s * trainer.accumulate_grad_batches
+        self._logged_step = step
+        metrics = {} if self.last_remaining_s is None else {"ptp/eta_s": self.last_remaining_s}
+        if self.prediction is not None:
+            metrics["ptp/step_s_predicted"] = self.prediction.step.step_s
+        measured = self.forecaster.batches.mean_s() if self.forecaster is not None else None
+        if measured is not None:
+            metrics["ptp/step_s_measured"] = measured * trainer.accumulate_grad_batches
         for logger in trainer.loggers:
-            logger.log_metrics(metrics, step=trainer.global_step)
+            logger.log_metrics(metrics, step=step)
 
-    # -------------------------------------------------------------------------- progress bar
     def _install_bar_metric(self, trainer: Trainer) -> None:
         bar = trainer.progress_bar_callback
         if bar is None or not hasattr(bar, "get_metrics"):
@@ -451,9 +312,7 @@ class PrecisionTimeCallback(Callback):
 
         def get_metrics(trainer: Trainer, pl_module: LightningModule) -> dict[str, Any]:
             metrics = original(trainer, pl_module)
-            if self.eta_text:
-                metrics = {**metrics, "eta": self.eta_text}
-            return metrics
+            return {**metrics, "eta": self.eta_text} if self.eta_text else metrics
 
         bar.get_metrics = get_metrics  # an instance attribute: removed again at fit end
         self._bar = bar
@@ -466,160 +325,57 @@ class PrecisionTimeCallback(Callback):
     # ------------------------------------------------------------------------------ fit end
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._remove_bar_metric()
-        if not trainer.is_global_zero:
+        forecaster = self.forecaster
+        if not self._active or forecaster is None:
             return
-        actual = self.clock() - self._fit_t0  # this run: what the predictions were about
-        parts = [f"ptp: fit took {format_duration(actual)}"]
-        before = self.predicted_fit_s
-        if self.initial_fit_s is not None:
-            parts.append(f"predicted at fit start {format_duration(self.initial_fit_s)} ({_signed(self.initial_fit_s, actual)})")
-        if before is not None:
-            parts.append(f"predicted before step one {format_duration(before)} ({_signed(before, actual)})")
-        if self.calibrated_total_s is not None:
-            parts.append(f"calibrated {format_duration(self.calibrated_total_s)} ({_signed(self.calibrated_total_s, actual)})")
-        self.summary = "; ".join(parts)
+        now = self.clock()
+        forecaster.fit_end(now)
+        actual = now - (forecaster.t0 or now)
+        self.summary = "ptp: " + report_line(forecaster.initial_parts, forecaster.parts(now), actual,
+                                             forecaster.before_step_one_s)
         _print(trainer, self.summary)
-        affordable = self.advise is True or self._advice_cost_s() < 0.01 * actual
-        if self.advise and affordable and self._example is not None and self.fit_prediction is not None:
-            with self._guard("precision advice"):
-                measured = self.stats.batch.mean_s
-                step = measured * trainer.accumulate_grad_batches if measured else None
-                self._advise(trainer, pl_module, actual, measured_step_s=step)
+        if self.advise is True or self.advise and self._advice_cost_s() < 0.01 * actual:
+            measured = forecaster.batches.mean_s()
+            self._advise(trainer, pl_module, actual, measured * trainer.accumulate_grad_batches if measured else None)
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         self._remove_bar_metric()
 
-    # ------------------------------------------------------------------------------- resume
+    # -------------------------------------------------------------------------------- resume
     def state_dict(self) -> dict[str, Any]:
-        elapsed = self._elapsed_before + (self.clock() - self._fit_t0 if self._fit_t0 else 0.0)
-        return {"stats": self.stats.state_dict(), "corrections": dict(self.corrections), "elapsed_s": elapsed}
+        return self.forecaster.state_dict(self.clock()) if self.forecaster is not None else {}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.stats.load_state_dict(state_dict.get("stats", {}))
-        self.corrections = dict(state_dict.get("corrections", {}))
-        self._elapsed_before = float(state_dict.get("elapsed_s", 0.0))
+        self._restored = dict(state_dict)
+        if self.forecaster is not None:  # FSDP, DeepSpeed: restored after on_fit_start
+            self.forecaster.load_state_dict(self._restored)
+
+    # ------------------------------------------------- what the fit predicted (for reports)
+    @property
+    def predicted_fit_s(self) -> float | None:
+        """The whole fit as predicted before step one (at fit start until the first batch starts)."""
+        f = self.forecaster
+        return None if f is None else (f.before_step_one_s if f.before_step_one_s is not None else f.predicted_total_s)
+
+    @property
+    def initial_fit_s(self) -> float | None:
+        """The whole fit as predicted at fit start, before the sanity check."""
+        return None if self.forecaster is None else self.forecaster.predicted_total_s
+
+    @property
+    def step_prediction(self) -> Any:
+        return None if self.prediction is None else self.prediction.step
+
+    @property
+    def plan(self) -> Any:
+        return None if self.prediction is None else self.prediction.plan
+
+    @property
+    def fit_prediction(self) -> Any:
+        return None if self.forecaster is None else self.forecaster.initial_parts
 
 
-# ---------------------------------------------------------------------------------- helpers
-def _signed(predicted: float, actual: float) -> str:
-    return f"{100.0 * (predicted / actual - 1.0):+.1f}%" if actual > 0 else "?"
-
-
+# ------------------------------------------------------------------------------------ helpers
 def _print(trainer: Trainer, text: str) -> None:
     if trainer.is_global_zero:
         log.info(text)
-
-
-def _precision_label(trainer: Trainer) -> str:
-    spec = _precision_spec(trainer)
-    return spec.label if spec is not None else str(trainer.precision)
-
-
-def _precision_spec(trainer: Trainer) -> PrecisionSpec | None:
-    name = str(trainer.precision)
-    if name not in PRECISIONS:
-        return None
-    spec = PrecisionSpec.from_setting(name)
-    if trainer.strategy.root_device.type == "cpu":
-        spec = spec.with_tf32(False, False)  # TF32 is a GPU matter
-    return spec
-
-
-def _training_step(module: LightningModule, batch: Any) -> Any:
-    return module.training_step(batch, 0)
-
-
-def _validation_step(module: LightningModule, batch: Any) -> Any:
-    return module.validation_step(batch, 0)
-
-
-def _has_validation(trainer: Trainer) -> bool:
-    from lightning.pytorch.utilities.model_helpers import is_overridden
-
-    return bool(trainer.enable_validation and is_overridden("validation_step", trainer.lightning_module))
-
-
-@contextlib.contextmanager
-def _quiet_logging(module: LightningModule) -> Iterator[None]:
-    """``self.log`` needs the loop's result collection, which does not exist at fit start: while
-    tracing, logging calls are no-ops."""
-    saved = {name: module.__dict__.get(name) for name in ("log", "log_dict")}
-    module.log = lambda *args, **kwargs: None  # type: ignore[method-assign]
-    module.log_dict = lambda *args, **kwargs: None  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                module.__dict__.pop(name, None)
-            else:
-                module.__dict__[name] = value
-
-
-@contextlib.contextmanager
-def _rng_preserved() -> Iterator[None]:
-    """Taking an example batch must not change the user's data order: restore every RNG after."""
-    import random
-
-    import numpy as np
-
-    torch_state = torch.get_rng_state()
-    cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
-    py_state = random.getstate()
-    np_state = np.random.get_state()
-    try:
-        yield
-    finally:
-        torch.set_rng_state(torch_state)
-        if cuda_states is not None:
-            torch.cuda.set_rng_state_all(cuda_states)
-        random.setstate(py_state)
-        np.random.set_state(np_state)
-
-
-def _data_wait(loaders: Any, load_s: float, compute_s: float) -> float:
-    """Seconds a training batch waits for data, from the time one example batch took to build.
-
-    Without workers, loading runs in the training loop: every batch waits for all of it. With
-    ``num_workers`` workers it overlaps training, and a batch waits only when the workers together
-    are slower than the step: ``load_s / num_workers - compute_s``, if positive.
-    """
-    loader = _first_loader(loaders)
-    workers = getattr(loader, "num_workers", 0) or 0
-    return load_s if workers == 0 else max(0.0, load_s / workers - compute_s)
-
-
-def _first_loader(loaders: Any) -> Any:
-    if loaders is None:
-        return None
-    flattened = getattr(loaders, "flattened", None)
-    if flattened:
-        return flattened[0]
-    if isinstance(loaders, (list, tuple)):
-        return loaders[0] if loaders else None
-    if isinstance(loaders, dict):
-        return next(iter(loaders.values()), None)
-    return loaders
-
-
-def _example_batch(trainer: Trainer, module: LightningModule, loaders: Any) -> Any:
-    """One batch shaped like the loader's, without touching the user's iterators or RNG.
-
-    A map-style dataset with a batch size gives its first items collated directly (no workers, no
-    sampler draw); anything else is read from a fresh iterator with all RNG states restored.
-    """
-    loader = _first_loader(loaders)
-    if loader is None:
-        return None
-    with _rng_preserved():
-        dataset = getattr(loader, "dataset", None)
-        batch_size = getattr(loader, "batch_size", None)
-        if batch_size and hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__") and len(dataset):
-            items = [dataset[i] for i in range(min(batch_size, len(dataset)))]
-            batch = loader.collate_fn(items)
-        else:
-            batch = next(iter(loader))
-        with contextlib.suppress(Exception):  # user hooks written for the loop's state
-            batch = module.on_before_batch_transfer(batch, 0)
-            batch = module.on_after_batch_transfer(batch, 0)
-    return batch

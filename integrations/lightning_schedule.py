@@ -58,9 +58,11 @@ from typing import Any, Callable
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Timer
 
+from ptp_callback.checkpoints import CheckpointSettings, save_positions
+from ptp_callback.run_prediction import CheckpointFacts
 from ptp_callback.schedule import EPOCH_END, FitSchedule, FitStart, build_schedule
 
-__all__ = ["read_schedule"]
+__all__ = ["read_checkpoints", "read_schedule", "time_limit_used"]
 
 
 def read_schedule(trainer: "pl.Trainer") -> FitSchedule:
@@ -145,6 +147,47 @@ def read_schedule(trainer: "pl.Trainer") -> FitSchedule:
 
 
 # ---------------------------------------------------------------------------------------------------
+
+
+def read_checkpoints(trainer: "pl.Trainer", schedule: FitSchedule) -> tuple[tuple[int, ...], float | None,
+                                                                           CheckpointFacts | None]:
+    """The saves every ``ModelCheckpoint`` of the trainer will make: their positions on the schedule,
+    a time-triggered interval if any, and what the plan needs to cost them. Call after
+    :func:`read_schedule` (it needs the validation loaders' lengths)."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    positions: list[int] = []
+    every_s: float | None = None
+    facts: CheckpointFacts | None = None
+    for cb in trainer.checkpoint_callbacks:
+        if not isinstance(cb, ModelCheckpoint):
+            continue
+        interval = cb._train_time_interval
+        settings = CheckpointSettings(
+            every_n_train_steps=cb._every_n_train_steps,
+            every_n_epochs=cb._every_n_epochs,
+            on_epoch_end=cb._should_save_on_train_epoch_end(trainer),
+            save_last=cb.save_last is True,  # "link" only links the file
+            save_top_k=cb.save_top_k,
+            every_s=interval.total_seconds() if interval is not None else None,
+            weights_only=cb.save_weights_only,
+        )
+        positions.extend(save_positions(schedule, settings))
+        if settings.every_s:
+            every_s = settings.every_s if every_s is None else min(every_s, settings.every_s)
+        if facts is None:
+            # save_top_k=k keeps k files: once k exist, each new save deletes one (-1 keeps all)
+            facts = CheckpointFacts(directory=cb.dirpath, weights_only=cb.save_weights_only,
+                                    replaces_previous=cb.save_top_k > 0)
+    return tuple(sorted(positions)), every_s, facts
+
+
+def time_limit_used(trainer: "pl.Trainer") -> float:
+    """Seconds of ``max_time`` that earlier runs of a resumed fit used (``Timer``'s restored offset)."""
+    for cb in trainer.callbacks:
+        if isinstance(cb, Timer) and cb._duration is not None:
+            return float(getattr(cb, "_offset", 0.0) or 0.0)
+    return 0.0
 
 
 def _sum_or_none(counts: list[int | float]) -> int | None:

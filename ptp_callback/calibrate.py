@@ -1,135 +1,28 @@
-"""Online calibration: what the running fit really spends per batch, and per op class.
+"""Per-op-class corrections from the heaviest ops of a trace, timed in isolation on the real device.
 
-Two sources, both cheap and neither touching ``torch.profiler`` (on the H100 a single profiled
-step left launch-bound training 25-45% slower for the rest of the process):
+:func:`measure_op_classes` replays the heaviest ops of each class with fresh tensors of the traced
+shapes and returns measured / predicted per op class. Those corrections carry over to other
+precisions (a GEMM correction learned in bf16 applies to fp32 GEMMs too), which one global factor
+cannot do; the precision advice uses them.
 
-* :class:`StepStats` turns hook timestamps into robust per-batch times. The interval between two
-  consecutive ``on_train_batch_end`` calls is one training batch including data-loader wait and
-  every hook; intervals that contain a validation run have its duration taken out. The first
-  ``warmup_batches`` intervals are dropped (first steps were measured 10-50x slower on an H100
-  under autocast: cuDNN autotuning, lazy kernel loading), and so is any leading run of intervals
-  over twice the median of the rest. The estimate is the mean of the last ``window`` kept intervals:
-  a mean, because an ETA multiplies it by a count; windowed, so a drift is followed.
-* :func:`measure_op_classes` times the heaviest ops of the trace in isolation on the real device,
-  with fresh tensors of the traced shapes, and returns measured/predicted per op class. Those class
-  corrections carry over to other precisions (a GEMM correction learned in bf16 applies to fp32
-  GEMMs too), which one global factor cannot do.
+Opt-in (``PrecisionTimeCallback(calibrate_ops=True)``): on the H100, timing op classes this way left
+launch-bound training 1.09x slower afterwards in one process (1.28x in one of three rounds; see
+``benchmarks/calibration_aftereffect.py``), and the run forecaster does not need it -- measured
+batches, validation runs and saves replace their predictions as the fit runs. It never uses
+``torch.profiler``, which on the H100 left such steps 25-45% slower.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from .predict import kernel_seconds
 from .tracer import Trace
-
-
-@dataclass(frozen=True)
-class BatchEstimate:
-    """Seconds per training batch: ``mean_s`` over ``samples`` kept intervals (``None`` before any)."""
-
-    mean_s: float | None
-    samples: int
-    skipped_warmup: int
-
-
-class StepStats:
-    """Robust per-batch and per-validation-run times from hook timestamps (see module doc).
-
-    Feed it ``batch_end(t)`` for every training batch, and ``validation(start, end)`` for every
-    validation run inside training; it never reads a clock itself.
-    """
-
-    def __init__(self, warmup_batches: int = 3, window: int = 200) -> None:
-        self.warmup_batches = warmup_batches
-        self.window = window
-        self._last_end: float | None = None
-        self._excluded = 0.0  # validation seconds inside the current interval
-        self._seen = 0
-        self._kept: deque[float] = deque(maxlen=window)
-        self._early: list[float] = []  # intervals after warm-up, before the warm-up tail is settled
-        self._skipped = 0
-        self.val_runs: list[tuple[float, int]] = []  # (seconds, batches) per validation run
-        self._waits: deque[float] = deque(maxlen=window)
-
-    def batch_start(self, t: float) -> None:
-        """The batch is fetched: the time since the previous batch ended was data-loader wait
-        (and Lightning's batch transfer), which a faster precision does not shorten."""
-        if self._last_end is not None and self._seen >= self.warmup_batches and not self._excluded:
-            self._waits.append(max(0.0, t - self._last_end))
-
-    @property
-    def data_wait_s(self) -> float | None:
-        """Mean data-loader wait per batch after warm-up (``None`` before any)."""
-        return sum(self._waits) / len(self._waits) if self._waits else None
-
-    def batch_end(self, t: float) -> None:
-        if self._last_end is not None:
-            interval = t - self._last_end - self._excluded
-            self._seen += 1
-            if self._seen <= self.warmup_batches:
-                self._skipped += 1
-            else:
-                self._add(interval)
-        self._last_end = t
-        self._excluded = 0.0
-
-    def _add(self, interval: float) -> None:
-        if self._kept:
-            self._kept.append(interval)
-            return
-        # Still settling: leading intervals far above the typical one are warm-up, not work.
-        self._early.append(interval)
-        if len(self._early) >= 5:
-            typical = statistics.median(self._early[len(self._early) // 2 :])
-            while self._early and self._early[0] > 2.0 * typical:
-                self._early.pop(0)
-                self._skipped += 1
-            self._kept.extend(self._early)
-            self._early = []
-
-    def validation(self, start: float, end: float, batches: int) -> None:
-        """A validation run inside training: its time is not training time."""
-        self.val_runs.append((end - start, batches))
-        self._excluded += end - start
-
-    @property
-    def batches_seen(self) -> int:
-        """Intervals seen so far in this process (warm-up included)."""
-        return self._seen
-
-    @property
-    def batch(self) -> BatchEstimate:
-        values = list(self._kept) or self._early
-        if not values:
-            return BatchEstimate(None, 0, self._skipped)
-        return BatchEstimate(sum(values) / len(values), len(values), self._skipped)
-
-    def val_batch_s(self) -> float | None:
-        """Seconds per validation batch from completed runs, the first (warm-up) run dropped when
-        later ones exist."""
-        runs = self.val_runs[1:] if len(self.val_runs) > 1 else self.val_runs
-        batches = sum(b for _s, b in runs)
-        return sum(s for s, _b in runs) / batches if batches else None
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"kept": list(self._kept), "val_runs": list(self.val_runs), "skipped": self._skipped}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._kept = deque(state.get("kept", []), maxlen=self.window)
-        self.val_runs = [tuple(r) for r in state.get("val_runs", [])]
-        self._skipped = state.get("skipped", 0)
-        # The resumed process warms up again: its first intervals are skipped like a fresh one's.
-        self._seen = 0
-        self._last_end = None
 
 
 # ---------------------------------------------------------------------------------------------------

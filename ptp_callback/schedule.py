@@ -43,6 +43,7 @@ __all__ = [
     "FitStart",
     "RemainingWork",
     "build_schedule",
+    "epoch_start_positions",
     "fit_length",
     "steps_at",
     "val_check_positions",
@@ -120,6 +121,8 @@ class FitSchedule:
         first_epoch_end: in-epoch index of the last batch of the first epoch (``None``: epoch length).
         step_on_epoch_end: whether the last batch of an epoch always steps the optimizer even when the
             accumulation window is incomplete (Lightning does, unless the strategy accumulates itself).
+        epoch_starts: the position at which each epoch of this fit begins (``on_train_epoch_start``),
+            ascending; the first is ``start_batch``. Empty when the fit is unbounded.
     """
 
     batches_per_epoch: int | None
@@ -139,6 +142,7 @@ class FitSchedule:
     start_batch_in_epoch: int = 0
     first_epoch_end: int | None = None
     step_on_epoch_end: bool = True
+    epoch_starts: tuple[int, ...] = ()
 
     @property
     def start(self) -> FitStart:
@@ -399,6 +403,35 @@ def val_check_positions(
     return tuple(p for p in out if start.position < p <= end)
 
 
+def epoch_start_positions(
+    batches_per_epoch: int | None,
+    epochs: int | None,
+    total_batches: int | None,
+    *,
+    start: FitStart = FitStart(),
+) -> tuple[int, ...]:
+    """Positions at which the ``epochs`` epochs of a fit begin (the first one at ``start.position``).
+
+    >>> epoch_start_positions(10, 3, 30)
+    (0, 10, 20)
+    >>> # resumed 4 batches into an epoch of 10: the partial epoch, then full ones; max_steps cut the fit at 22
+    >>> epoch_start_positions(10, 3, 22, start=FitStart(position=14, batch_in_epoch=4, epochs_counted=1))
+    (14, 20)
+    """
+    if epochs is None or total_batches is None or epochs <= 0:
+        return ()
+    positions = [start.position]
+    if batches_per_epoch:
+        first_end = batches_per_epoch if start.first_epoch_end is None else start.first_epoch_end
+        p = start.position + max(0, first_end - start.batch_in_epoch)
+        for _ in range(epochs - 1):
+            if p >= total_batches:
+                break
+            positions.append(p)
+            p += batches_per_epoch
+    return tuple(positions)
+
+
 def build_schedule(
     *,
     batches_per_epoch: int | None,
@@ -455,4 +488,5 @@ def build_schedule(
         start_batch_in_epoch=start.batch_in_epoch,
         first_epoch_end=start.first_epoch_end,
         step_on_epoch_end=step_on_epoch_end,
+        epoch_starts=epoch_start_positions(batches_per_epoch, epochs, total_batches, start=start),
     )

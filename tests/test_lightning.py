@@ -130,9 +130,10 @@ def test_schedule_matches_what_the_trainer_ran(settings):
     callback, counter = PrecisionTimeCallback(), Counter()
     t = trainer([callback, counter], enable_progress_bar=False, **settings)
     t.fit(Tiny(), *loaders())
-    assert callback.schedule.total_batches == counter.batches
-    assert len(callback.schedule.val_after_batches) == counter.val_runs
-    assert callback.schedule.total_steps == t.global_step
+    schedule = callback.forecaster.schedule
+    assert schedule.total_batches == counter.batches
+    assert len(schedule.val_after_batches) == counter.val_runs
+    assert schedule.total_steps == t.global_step
 
 
 class Lines(logging.Handler):
@@ -156,9 +157,11 @@ def test_prediction_before_step_one_and_summary_at_the_end():
         logger.removeHandler(lines)
         logger.setLevel(level)
     messages = lines.lines
-    assert any(m.startswith("ptp: predicted fit ") and "at 32-true on " in m for m in messages)
-    assert any(m.startswith("ptp: fit took") and "predicted before step one" in m for m in messages)
-    assert callback.fit_prediction.total_s > 0
+    plan = next(m for m in messages if m.startswith("ptp: predicted fit "))
+    assert "at 32-true on " in plan and "train " in plan and "(64 batches)" in plan and "validation " in plan
+    report = next(m for m in messages if m.startswith("ptp: fit took"))
+    assert "predicted before step one" in report and "train " in report and "(predicted " in report
+    assert callback.predicted_fit_s > 0
 
 
 def test_resume_keeps_calibration_and_counts_only_what_is_left(tmp_path):
@@ -169,7 +172,7 @@ def test_resume_keeps_calibration_and_counts_only_what_is_left(tmp_path):
     t1.fit(Tiny(), train)
     path = tmp_path / "half.ckpt"
     t1.save_checkpoint(path)
-    measured = first.stats.batch.mean_s
+    measured = first.forecaster.batches.mean_s(30)
     assert measured is not None
 
     class RemainingAtStart(L.Callback):
@@ -180,10 +183,14 @@ def test_resume_keeps_calibration_and_counts_only_what_is_left(tmp_path):
     t2 = trainer([second, probe], enable_progress_bar=False, max_epochs=-1, max_steps=50, val_check_interval=None,
                  check_val_every_n_epoch=None, limit_val_batches=0)
     t2.fit(Tiny(), train, ckpt_path=str(path))
-    assert second.schedule.start_batch == 20
-    assert second.stats.batch.samples > 0  # measurements came back with the checkpoint
-    # before the resumed run measured anything: 30 batches left at the restored batch time
-    assert probe.remaining == pytest.approx(30 * measured, rel=1e-6)
+    assert second.forecaster.schedule.start_batch == 20
+    # before the resumed run measured anything: 30 batches left at the restored batch time, two epoch
+    # starts (the resumed partial epoch's and the one at batch 32) at their restored cost, then the end
+    restored = second.forecaster._prior
+    assert restored["train"] == pytest.approx(measured)
+    end = second.forecaster.plan.end_s
+    assert probe.remaining == pytest.approx(30 * measured + 2 * restored["epoch"] + end, rel=1e-6)
+    assert second.forecaster.elapsed_before_s > 0  # the first run's time came back with the checkpoint
     assert t2.global_step == 50
 
 
@@ -212,9 +219,8 @@ def test_ddp_with_two_processes_prints_on_rank_zero_only():
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
-    # rank zero alone prints: the prediction at fit start, its refinement after the sanity check
-    assert output.count("ptp: predicted fit") == 2
-    assert output.count("after the sanity check") == 1
+    # rank zero alone prints: the prediction at fit start and the report at the end
+    assert output.count("ptp: predicted fit") == 1
     assert output.count("ptp: fit took") == 1
     assert "world_size=2 ranks_done=2" in output
 
@@ -234,3 +240,50 @@ def test_logged_values_reach_the_trainers_logger(tmp_path):
     assert len(eta) >= 3 and eta[-1] < eta[0]  # counts down
     assert measured and all(m > 0 for m in measured)
     assert any(r.get("ptp/step_s_predicted") for r in rows)
+
+
+class Events(L.Callback):
+    """Listed after the ptp callback: records the events its forecaster receives, in order."""
+
+    def __init__(self, callback: PrecisionTimeCallback) -> None:
+        self.callback = callback
+        self.events: list[str] = []
+
+    def on_fit_start(self, trainer, pl_module):
+        forecaster = self.callback.forecaster
+        self.events.append("fit_start")
+        for name in ("sanity_start", "sanity_end", "train_start", "epoch_start", "batch_start", "batch_end",
+                     "val_start", "val_end", "save_start", "epoch_end", "train_end", "fit_end"):
+            original = getattr(forecaster, name)
+
+            def record(t, *args, _name=name, _original=original, **kwargs):
+                self.events.append(_name)
+                return _original(t, *args, **kwargs)
+
+            setattr(forecaster, name, record)
+
+
+def test_a_fit_with_checkpoints_and_loader_workers_gives_the_events_the_forecaster_expects(tmp_path):
+    import re
+
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    callback = PrecisionTimeCallback(refresh_s=0.0)
+    events = Events(callback)
+    generator = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(96, 16, generator=generator), torch.randint(0, 4, (96,), generator=generator))
+    t = trainer([callback, events, ModelCheckpoint(dirpath=tmp_path)], enable_progress_bar=False,
+                enable_checkpointing=True, max_epochs=3, val_check_interval=1.0, limit_val_batches=2)
+    t.fit(Tiny(), DataLoader(data, batch_size=8, num_workers=2), DataLoader(data, batch_size=8, num_workers=2))
+    sequence = " ".join(events.events)
+    batch = r"batch_start batch_end"
+    epoch = rf"epoch_start( {batch})+ val_start val_end epoch_end save_start"
+    grammar = rf"fit_start sanity_start sanity_end train_start( {epoch})+ train_end fit_end"
+    assert re.fullmatch(grammar, sequence), sequence
+    forecaster = callback.forecaster
+    schedule = forecaster.schedule
+    done = {kind: forecaster.meters[kind].done for kind in ("val", "save", "epoch")}
+    assert done == {"val": len(schedule.val_after_batches), "save": len(forecaster.saves),
+                    "epoch": len(schedule.epoch_starts)}
+    assert forecaster.batches.seen == schedule.total_batches == 36
+    assert forecaster.remaining_s(forecaster._t) == 0.0

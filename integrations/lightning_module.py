@@ -1,0 +1,95 @@
+"""A LightningModule and its Trainer as the predictor sees them: precision, steps, batch hooks.
+
+What ``PrecisionTimeCallback`` needs to trace a LightningModule's real training and validation
+steps outside the loop (the module's own ``training_step`` called on an example batch, with its
+``self.log`` calls silenced because the loop's result collection does not exist yet), the
+precision of the trainer, and the gradient communication of its strategy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from lightning.pytorch import LightningModule, Trainer
+
+from ptp_callback.comm import ddp_exposed_seconds, fsdp_exposed_seconds
+from ptp_callback.devices import DeviceSpec
+from ptp_callback.precision import PRECISIONS, PrecisionSpec
+from ptp_callback.trace_cache import code_key
+
+__all__ = ["batch_hooks", "communication", "has_validation", "precision_spec", "quiet_logging", "step_code_key",
+           "training_step", "validation_step"]
+
+
+def precision_spec(trainer: Trainer) -> PrecisionSpec | None:
+    name = str(trainer.precision)
+    if name not in PRECISIONS:
+        return None
+    spec = PrecisionSpec.from_setting(name)
+    return spec.with_tf32(False, False) if trainer.strategy.root_device.type == "cpu" else spec  # TF32: a GPU matter
+
+
+def training_step(module: LightningModule, batch: Any) -> Any:
+    return module.training_step(batch, 0)
+
+
+def validation_step(module: LightningModule, batch: Any) -> Any:
+    return module.validation_step(batch, 0)
+
+
+def step_code_key(module: LightningModule) -> str:
+    """What the traced steps depend on beyond the model: the module's step methods' code."""
+    cls = type(module)
+    return code_key(cls.training_step, cls.validation_step, cls.forward)
+
+
+def has_validation(trainer: Trainer) -> bool:
+    from lightning.pytorch.utilities.model_helpers import is_overridden
+
+    return bool(trainer.enable_validation and is_overridden("validation_step", trainer.lightning_module))
+
+
+def batch_hooks(module: LightningModule) -> Callable[[Any], Any]:
+    return lambda batch: module.on_after_batch_transfer(module.on_before_batch_transfer(batch, 0), 0)
+
+
+def communication(trainer: Trainer) -> Callable[[Any, DeviceSpec], float]:
+    """Gradient communication one optimizer step adds with DDP / FSDP on ``trainer.world_size`` GPUs
+    (DDP overlaps it with the backward; FSDP gathers and scatters around the whole step)."""
+    world = trainer.world_size
+    strategy = type(trainer.strategy).__name__.lower()
+    grad_bytes = sum(p.numel() * (4 if p.dtype == torch.float32 else p.element_size())
+                     for p in trainer.lightning_module.parameters() if p.requires_grad)
+
+    def seconds(step: Any, device: DeviceSpec) -> float:
+        link = getattr(device, "interconnect_gbs", None)
+        if world <= 1 or not link or device.arch == "cpu":
+            return 0.0
+        if "fsdp" in strategy:
+            return fsdp_exposed_seconds(grad_bytes, step.step_s, world_size=world, link_gbs=link)
+        if "ddp" in strategy:
+            return ddp_exposed_seconds(grad_bytes, step.breakdown["phase"]["backward"], world_size=world,
+                                       link_gbs=link)
+        return 0.0
+
+    return seconds
+
+
+@contextlib.contextmanager
+def quiet_logging(module: LightningModule) -> Iterator[None]:
+    """``self.log`` needs the loop's result collection, which does not exist at fit start: while
+    tracing, logging calls are no-ops."""
+    saved = {name: module.__dict__.get(name) for name in ("log", "log_dict")}
+    module.log = lambda *args, **kwargs: None  # type: ignore[method-assign]
+    module.log_dict = lambda *args, **kwargs: None  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                module.__dict__.pop(name, None)
+            else:
+                module.__dict__[name] = value

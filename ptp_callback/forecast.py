@@ -1,0 +1,603 @@
+"""The run forecaster: how long a whole fit will take, from a plan and the events of the run.
+
+Framework-free. An adapter (Lightning, Accelerate, a plain loop, the HF ``Trainer``) feeds it
+timestamped events as they happen -- fit start and end, sanity check, epoch start and end, each
+training batch's start and end, validation runs, checkpoint saves -- and reads back the remaining
+seconds, the predicted total and its parts. It never reads a clock itself (tests drive it on
+virtual time) and does O(1) work per batch.
+
+Every second between two events is charged to one *kind* of work:
+
+============ ==============================================================================
+``ptp``      the callback's own work (tracing, probes), reported with :meth:`own_work`
+``startup``  from fit start to the first epoch: framework set-up, loader creation
+``sanity``   the sanity check (a few validation batches before training)
+``train``    training batches: from one batch's end to the next one's (data wait included)
+``warmup``   what the first training batches take beyond the steady batch time
+``val``      each validation run: from the batch after which it is due to its last hook
+``epoch``    each epoch boundary: epoch-end hooks and the loader's start (worker processes)
+``save``     each checkpoint save
+``end``      after the last batch: the end of the last epoch, teardown
+============ ==============================================================================
+
+Before a kind has been seen, its cost comes from the :class:`RunPlan` (the prediction made
+before step one); once seen, its measured cost replaces the prediction for all that is left of
+it. Training batches use the mean of the most recent ``window`` steady batches, so the ETA
+follows the speed it measures (the same CPU fit can run 30% longer on a busy machine); the first
+``warmup_batches`` (and any leading batches over twice the typical one: cuDNN autotuning, lazy
+kernel loading) are warm-up, not steady work. A future cost the forecaster knows of is never left
+out: the remaining time is each kind's occurrences still to come times its unit cost, minus what
+the occurrence in progress has already spent.
+
+>>> from ptp_callback.schedule import build_schedule
+>>> s = build_schedule(batches_per_epoch=10, max_epochs=2, max_steps=None, val_check_batch=10,
+...                    check_val_every_n_epoch=1, val_batches_per_run=2)
+>>> f = RunForecaster(s, RunPlan(train_batch_s=1.0, val_batch_s=0.5, val_run_s=1.0, end_s=2.0))
+>>> f.fit_start(0.0)
+>>> f.remaining_s(0.0)     # 20 batches x 1 + 2 validation runs x (1 + 2 x 0.5) + the end 2
+26.0
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import statistics
+from array import array
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .run_plan import RunPlan
+from .schedule import FitSchedule
+
+__all__ = ["KINDS", "Part", "RunForecaster", "RunPlan"]
+
+KINDS: tuple[str, ...] = ("ptp", "startup", "sanity", "train", "warmup", "val", "epoch", "save", "end")
+
+
+@dataclass(frozen=True)
+class Part:
+    """One kind of work: what it has cost so far and what is left of it.
+
+    ``unit_s`` is the cost of one occurrence now in use (measured once seen, else predicted) and
+    ``measured`` says which; ``left_s`` / ``left_count`` are what the ETA adds for it.
+    """
+
+    kind: str
+    spent_s: float
+    count: int
+    left_s: float
+    left_count: int | None
+    unit_s: float | None
+    measured: bool
+
+
+@dataclass
+class _Meter:
+    """Seconds charged to one kind: closed occurrences and the one in progress."""
+
+    done: int = 0
+    total: float = 0.0
+    current: float = 0.0
+    values: list[float] = field(default_factory=list)
+
+    def close(self) -> None:
+        self.done += 1
+        self.total += self.current
+        if len(self.values) < 64:
+            self.values.append(self.current)
+        else:  # keep the first (warm-up) and the most recent
+            self.values[32:] = self.values[33:] + [self.current]
+        self.current = 0.0
+
+
+class _BatchTimes:
+    """Steady seconds per training batch: warm-up dropped, then a mean over the latest batches.
+
+    A mean, not a median, because the ETA multiplies it by a count (periodic slow batches are part
+    of the work). Over how many of the latest batches is the caller's choice (:meth:`mean_s`): the
+    forecaster averages over as many batches as are left to forecast, so that early in a fit the
+    whole history is used, and near its end the speed it has now (a host's speed drifts by 10-20%
+    over a fit). Cumulative sums keep every query O(1).
+    """
+
+    def __init__(self, warmup_batches: int) -> None:
+        self.warmup_batches = warmup_batches
+        self.cumulative = array("d", [0.0])
+        self.early: list[float] = []
+        self.warmup: list[float] = []
+        self.seen = 0
+        self.settled = False
+
+    def add(self, seconds: float) -> None:
+        self.seen += 1
+        if self.seen <= self.warmup_batches:
+            self.warmup.append(seconds)
+            return
+        if not self.settled:
+            # Settling: leading batches far above the typical one are still warm-up.
+            self.early.append(seconds)
+            if len(self.early) < 5:
+                return
+            typical = statistics.median(self.early[len(self.early) // 2:])
+            while self.early and self.early[0] > 2.0 * typical:
+                self.warmup.append(self.early.pop(0))
+            self.settled = True
+            pending, self.early = self.early, []
+            for value in pending:
+                self.cumulative.append(self.cumulative[-1] + value)
+            return
+        self.cumulative.append(self.cumulative[-1] + seconds)
+
+    def mean_s(self, last: int | None = None) -> float | None:
+        """Mean of the latest ``last`` steady batches (all when ``None``)."""
+        n = len(self.cumulative) - 1
+        if n == 0:
+            return sum(self.early) / len(self.early) if self.early else None
+        k = n if last is None else max(1, min(n, last))
+        return (self.cumulative[-1] - self.cumulative[-1 - k]) / k
+
+    @property
+    def samples(self) -> int:
+        return len(self.cumulative) - 1 or len(self.early)
+
+    def warmup_extra_s(self) -> float:
+        steady = self.mean_s()
+        if steady is None:
+            return 0.0
+        return max(0.0, sum(self.warmup) - steady * len(self.warmup))
+
+
+# An occurrence that has run past its expected cost is not over: it is taken to need this share of
+# that cost still (a save that took 4.5 s instead of the 3.5 s of the one before it, a slow batch).
+OVERRUN_SHARE = 0.2
+
+
+def _left_of_occurrence(expected: float, spent: float) -> float:
+    """Seconds left of an occurrence expected to take ``expected`` that has run ``spent`` so far."""
+    return max(expected - spent, OVERRUN_SHARE * expected if spent > 0 else 0.0)
+
+
+class RunForecaster:
+    """Remaining time of a fit from its schedule, a plan and the events fed to it (see module doc).
+
+    Args:
+        schedule: the fit's batches, optimizer steps, validation runs, epochs and time limit.
+        plan: the predicted unit costs; ``None`` when nothing could be predicted (then every kind
+            is measured, and the ETA appears once training batches have been timed).
+        saves: positions after which checkpoint saves happen (:func:`~ptp_callback.checkpoints.save_positions`).
+        save_every_s: a time-triggered save interval, if any.
+        warmup_batches: first training batches never used as steady measurements.
+        min_window: the fewest latest steady batches the batch time averages (it averages over as
+            many as are left to forecast, when more; whole accumulation cycles).
+    """
+
+    def __init__(
+        self,
+        schedule: FitSchedule,
+        plan: RunPlan | None = None,
+        *,
+        saves: tuple[int, ...] = (),
+        save_every_s: float | None = None,
+        warmup_batches: int = 3,
+        min_window: int = 50,
+    ) -> None:
+        self.schedule = schedule
+        self.plan = plan
+        self.saves = tuple(sorted(saves))
+        self.save_every_s = save_every_s
+        self.batches = _BatchTimes(warmup_batches)
+        self.min_window = min_window
+        self.meters = {kind: _Meter() for kind in KINDS}
+        self.position = schedule.start_batch
+        self.elapsed_before_s = 0.0  # fit seconds of earlier runs (resume)
+        self.t0: float | None = None
+        self.train_t0: float | None = None
+        self.predicted_total_s: float | None = None  # when the plan was set
+        self.before_step_one_s: float | None = None  # at the first training batch's start
+        self.initial_parts: dict[str, Part] = {}
+        self.ended = False
+        self._t: float | None = None
+        self._last = ""  # the last event
+        self._context = "startup"  # where a save interrupted: the kind its aftermath belongs to
+        self._val_ended_at = -1  # position whose validation run has ended (its val_end was seen)
+        self._val_open = False  # a run's seconds are still being charged (until the next other event)
+        self._saves_closed: tuple[int, int] = (-1, 0)  # (position, saves closed there)
+        self._save_open = False
+        self._epoch_open_at: int | None = None
+        self._epoch_closed_at = -1
+        self._sanity_val_ends: list[float] = []
+        self._val_batch_ends: list[float] = []
+        self._prior: dict[str, float] = {}  # unit costs measured by an earlier run (resume)
+        self._own_pending = 0.0  # the callback's own seconds inside the interval now running
+        self._limit_used_s = 0.0  # of max_time, used by earlier runs (resume)
+
+    # ------------------------------------------------------------------------------ set-up
+    def set_plan(self, plan: RunPlan | None, now: float | None = None) -> None:
+        """Install (or replace) the prediction; ``now`` records the predicted total at that time."""
+        self.plan = plan
+        if now is not None:
+            self.predicted_total_s = self.total_s(now)
+            self.initial_parts = self.parts(now)
+
+    # ------------------------------------------------------------------------------ events
+    def fit_start(self, t: float) -> None:
+        self.t0 = self._t = t
+        self._last = "fit_start"
+
+    def own_work(self, seconds: float) -> None:
+        """The callback spent ``seconds`` of its own since the last event (trace, probes, advice):
+        charged to ``ptp``, not to the kind of work the interval otherwise belongs to."""
+        self.meters["ptp"].current += max(0.0, seconds)
+        self._own_pending += max(0.0, seconds)
+
+    def sanity_start(self, t: float) -> None:
+        self._event(t, "sanity_start")
+
+    def sanity_end(self, t: float) -> None:
+        self._event(t, "sanity_end")
+        self.meters["sanity"].close()
+        if self.plan is not None:
+            self._refine_with_sanity(self.meters["sanity"].total)
+
+    def train_start(self, t: float, *, limit_used_s: float = 0.0) -> None:
+        """Training begins (after the sanity check): a ``max_time`` limit counts from here, less
+        ``limit_used_s`` that earlier runs of a resumed fit used."""
+        self._event(t, "train_start")
+        self.train_t0 = t
+        self._limit_used_s = limit_used_s
+
+    def epoch_start(self, t: float) -> None:
+        self._event(t, "epoch_start")
+        if self.meters["startup"].done == 0:
+            self.meters["startup"].close()
+        self._epoch_open_at = self.position
+
+    def batch_start(self, t: float) -> None:
+        self._event(t, "batch_start")
+        if self._epoch_open_at is not None:
+            self.meters["epoch"].close()
+            self._epoch_closed_at, self._epoch_open_at = self._epoch_open_at, None
+        elif self.meters["startup"].done == 0:
+            self.meters["startup"].close()
+        if self.before_step_one_s is None:
+            self.before_step_one_s = self.total_s(t)
+
+    def batch_end(self, t: float) -> None:
+        self._event(t, "batch_end")
+        meter = self.meters["train"]
+        self.batches.add(meter.current)
+        meter.close()
+        self.position += 1
+
+    def val_start(self, t: float) -> None:
+        self._event(t, "val_start")
+        self._val_open = True
+
+    def val_batch_end(self, t: float) -> None:
+        """A validation batch ended (also during the sanity check)."""
+        if self._last == "sanity_start":
+            self._sanity_val_ends.append(t)
+        elif len(self._val_batch_ends) < 4096:
+            self._val_batch_ends.append(t)
+
+    def val_end(self, t: float) -> None:
+        self._event(t, "val_end")
+        self._val_ended_at = self.position
+
+    def save_start(self, t: float, nbytes: float | None = None) -> None:
+        self._event(t, "save_start")
+        self._save_open = True
+
+    def save_end(self, t: float) -> None:
+        """The save is written (adapters that cannot see this let the next event close it)."""
+        self._event(t, "save_end")
+
+    def epoch_end(self, t: float) -> None:
+        self._event(t, "epoch_end")
+
+    def train_end(self, t: float) -> None:
+        self._event(t, "train_end")
+
+    def fit_end(self, t: float) -> None:
+        self._event(t, "fit_end")
+        self.meters["end"].close()
+        self.ended = True
+
+    # --------------------------------------------------------------------- charging time
+    def _event(self, t: float, name: str) -> None:
+        if self._t is None:
+            self.t0 = self._t = t
+        kind = self._gap_kind(self._last, name)
+        self.meters[kind].current += max(0.0, t - self._t - self._own_pending)
+        self._own_pending = 0.0
+        self._close_finished(name)
+        self._t = t
+        self._last = name
+
+    def _gap_kind(self, last: str, name: str) -> str:
+        """The kind the seconds between the events ``last`` and ``name`` belong to."""
+        if last in ("fit_start", "sanity_end", "train_start", ""):
+            return "sanity" if name == "sanity_end" else "startup"
+        if last == "sanity_start":
+            return "sanity"
+        if last == "batch_start":
+            return "train"
+        if last == "batch_end":
+            if name == "batch_start":
+                return "train"
+            if name == "val_start":
+                return "val"
+            if name in ("save_start", "save_end"):
+                return "save"
+            if name == "epoch_end":
+                return self._epoch_or_end()
+            return "end" if name in ("train_end", "fit_end") else "train"
+        if last in ("val_start", "val_end"):
+            return "val"
+        if last == "save_start":
+            return "save"
+        if last == "save_end":
+            return self._context
+        if last == "epoch_start":
+            return "epoch"
+        if last == "epoch_end":
+            return "end" if name in ("train_end", "fit_end") else self._epoch_or_end()
+        return "end"  # after train_end
+
+    def _epoch_or_end(self) -> str:
+        total = self.schedule.total_batches
+        return "end" if total is not None and self.position >= total else "epoch"
+
+    def _close_finished(self, name: str) -> None:
+        """Close the occurrences that the event ``name`` ends."""
+        if self._save_open:
+            self.meters["save"].close()
+            self._save_open = False
+            position, count = self._saves_closed
+            self._saves_closed = (self.position, count + 1 if position == self.position else 1)
+        if self._val_open and name not in ("val_start", "val_end"):
+            self.meters["val"].close()
+            self._val_open = False
+        if name == "save_start" and self._last not in ("save_start", "save_end"):
+            self._context = {"val_end": "val", "epoch_end": self._epoch_or_end()}.get(self._last, "train")
+
+    def _refine_with_sanity(self, sanity_s: float) -> None:
+        """Before step one, what the sanity check measured refines the plan (see ``RunPlan``)."""
+        plan = self.plan
+        assert plan is not None
+        ends = self._sanity_val_ends
+        if plan.sanity_calibrates and len(ends) >= 2:
+            measured = min(b - a for a, b in zip(ends, ends[1:]))  # the first batch pays the loader's start
+            extra = max(0.0, measured - plan.val_batch_s)
+            plan = replace(plan, train_batch_s=plan.train_batch_s + extra, val_batch_s=measured)
+        if plan.warmup_per_sanity_excess and plan.sanity_s:
+            excess = max(0.0, sanity_s - (plan.sanity_s - plan.sanity_warmup_s))
+            plan = replace(plan, warmup_s=plan.warmup_per_sanity_excess * excess)
+        self.plan = plan
+
+    # ---------------------------------------------------------------------- unit costs
+    def _unit(self, kind: str) -> tuple[float | None, bool]:
+        """Seconds of one (later) occurrence of ``kind``, and whether that is measured."""
+        plan = self.plan
+        if kind == "train":
+            total = self.schedule.total_batches
+            horizon = max(self.min_window, total - self.position) if total is not None else None
+            if horizon is not None:
+                accumulate = max(1, self.schedule.accumulate)
+                horizon = -(-horizon // accumulate) * accumulate  # whole accumulation cycles
+            measured = self.batches.mean_s(horizon)
+            if measured is not None:
+                return measured, True
+            if "train" in self._prior:
+                return self._prior["train"], True
+            if plan is None:
+                return None, False
+            s = self.schedule
+            left = (s.total_batches or 0) - self.position
+            steps = s.remaining(self.position).optimizer_steps if s.total_steps is not None else None
+            share = (steps / left) if steps is not None and left > 0 else 1.0 / max(1, s.accumulate)
+            return plan.train_batch_s + share * plan.optimizer_step_s, False
+        values = self.meters[kind].values
+        if kind == "val" and values:
+            runs = values[1:] or values  # the first run after the sanity check may still warm up
+            return sum(runs) / len(runs), True
+        if kind in ("epoch", "save") and values:
+            later = values[1:]
+            if later:
+                return sum(later) / len(later), True
+            first, predicted_later = self._planned(kind, True), self._planned(kind, False)
+            return max(0.0, values[0] + predicted_later - first), True  # the measured first, as later ones differ
+        if kind in self._prior:
+            return self._prior[kind], True
+        return self._planned(kind, False), False
+
+    def _planned(self, kind: str, first: bool) -> float:
+        """The plan's cost of the first or a later occurrence of ``kind`` (0 without a plan)."""
+        plan = self.plan
+        if plan is None:
+            return 0.0
+        if kind == "epoch":
+            return plan.first_epoch_s if first and plan.first_epoch_s is not None else plan.epoch_s
+        if kind == "save":
+            return plan.first_save_s if first and plan.first_save_s is not None else plan.save_s
+        if kind == "val":
+            return plan.val_run_s + (self.schedule.val_batches_per_run or 0) * plan.val_batch_s
+        return {"end": plan.end_s, "sanity": plan.sanity_s}.get(kind, 0.0)
+
+    def _first_unit(self, kind: str, unit: float) -> float:
+        """The next occurrence's cost when it is the fit's first of its kind (it may differ)."""
+        if self.meters[kind].done or kind in self._prior or self.plan is None:
+            return unit
+        if kind == "train" and self.batches.seen == 0:
+            return unit + self.plan.warmup_s  # the first batches' warm-up is still to come
+        if kind in ("epoch", "save"):
+            return self._planned(kind, True)
+        return unit
+
+    # --------------------------------------------------------------------- counts left
+    def _in_progress(self) -> str:
+        """The kind whose counted occurrence is running now ('' when none is: after ``val_end`` the
+        run is over, though its last seconds are still charged to it)."""
+        last = self._last
+        if last == "val_end":
+            return ""
+        if last == "batch_end":
+            if self._val_due(self.position):
+                return "val"
+            if self._epoch_ends_here():
+                return self._epoch_or_end()
+            return "train"
+        return self._gap_kind(last, "")
+
+    def _val_due(self, position: int) -> bool:
+        vals = self.schedule.val_after_batches
+        i = bisect.bisect_left(vals, position)
+        return i < len(vals) and vals[i] == position and self._val_ended_at != position
+
+    def _epoch_ends_here(self) -> bool:
+        s = self.schedule
+        if s.total_batches is not None and self.position >= s.total_batches:
+            return True
+        starts = s.epoch_starts
+        i = bisect.bisect_left(starts, self.position)
+        return i < len(starts) and starts[i] == self.position and self.position != s.start_batch
+
+    def _counts_left(self) -> dict[str, float | None]:
+        s = self.schedule
+        p = self.position
+        counts: dict[str, float | None] = {}
+        if s.total_batches is None:
+            counts["train"] = None
+        else:
+            counts["train"] = max(0, s.total_batches - p)
+        vals = s.val_after_batches
+        running = self._val_open and self._last != "val_end"  # a run nobody planned is running
+        val_runs = len(vals) - bisect.bisect_right(vals, p) + (1 if self._val_due(p) or running else 0)
+        counts["val"] = val_runs
+        closed_pos, closed = self._saves_closed
+        at_p = bisect.bisect_right(self.saves, p) - bisect.bisect_left(self.saves, p)
+        here = max(0, at_p - (closed if closed_pos == p else 0))
+        if self._save_open and here == 0:
+            here = 1  # a save the plan did not foresee is running
+        counts["save"] = len(self.saves) - bisect.bisect_right(self.saves, p) + here
+        starts = s.epoch_starts
+        epochs = len(starts) - bisect.bisect_right(starts, p)
+        if self._epoch_open_at is not None or (
+                p in starts[bisect.bisect_left(starts, p):bisect.bisect_right(starts, p)]
+                and self._epoch_closed_at != p):
+            epochs += 1
+        counts["epoch"] = epochs
+        counts["end"] = 0 if self.ended else 1
+        sanity_pending = bool(s.sanity_batches) and self.meters["sanity"].done == 0
+        counts["sanity"] = 1 if sanity_pending else 0
+        return counts
+
+    # -------------------------------------------------------------------------- answers
+    def elapsed_s(self, now: float) -> float:
+        """Seconds of this fit so far (earlier runs of a resumed fit included; frozen at its end)."""
+        if self.ended and self._t is not None:
+            now = min(now, self._t)
+        return self.elapsed_before_s + (now - self.t0 if self.t0 is not None else 0.0)
+
+    def remaining_s(self, now: float) -> float | None:
+        """Seconds left in the fit at ``now`` (``None`` when the fit's length is unknown)."""
+        parts = self._left(now)
+        if parts is None:
+            return None
+        return sum(parts.values())
+
+    def total_s(self, now: float) -> float | None:
+        """The whole fit as it now looks: elapsed plus remaining."""
+        left = self.remaining_s(now)
+        return None if left is None else self.elapsed_s(now) + left
+
+    def _left(self, now: float) -> dict[str, float] | None:
+        if self.ended:
+            return dict.fromkeys(KINDS, 0.0)
+        s = self.schedule
+        counts = self._counts_left()
+        current = self._in_progress()
+        since = max(0.0, now - self._t) if self._t is not None else 0.0
+        train_unit, _ = self._unit("train")
+        if counts["train"] is None and s.max_time_s is None:
+            return None
+        if train_unit is None:
+            return None
+        left: dict[str, float] = dict.fromkeys(KINDS, 0.0)
+        for kind in ("train", "val", "epoch", "save", "end", "sanity"):
+            count = counts[kind]
+            unit, _measured = self._unit(kind)
+            if count is None or unit is None or count <= 0:
+                continue
+            first = self._first_unit(kind, unit)
+            # What the next occurrence has taken already: the time since the last event if it is
+            # running now, and what it was charged before another kind interrupted it (an epoch's
+            # end, then a save, then its start).
+            spent = self.meters[kind].current + (since if kind == current else 0.0)
+            if kind == "val" and self._val_ended_at == self.position:
+                spent = 0.0  # the run is over: its last seconds are not the next run's
+            left[kind] = _left_of_occurrence(first, spent) + (count - 1) * unit
+            if kind == "train" and first > unit:  # show the first batches' warm-up apart
+                extra = min(left[kind], max(0.0, first - max(spent, unit)))
+                left[kind] -= extra
+                left["warmup"] = extra
+        if s.val_every_s and counts["train"]:
+            runs = math.floor(counts["train"] * train_unit / s.val_every_s)
+            left["val"] += runs * self._unit("val")[0]
+        if self.save_every_s and counts["train"]:
+            saves = math.floor(counts["train"] * train_unit / self.save_every_s)
+            left["save"] += saves * (self._unit("save")[0] or 0.0)
+        if s.max_time_s is not None:
+            self._cap_by_max_time(left, now, counts)
+        return left
+
+    def _cap_by_max_time(self, left: dict[str, float], now: float, counts: dict[str, float | None]) -> None:
+        """``max_time`` stops training once that much time has passed since training started:
+        the training phase left is at most what the limit leaves, then the end (and a save)."""
+        s = self.schedule
+        assert s.max_time_s is not None
+        started = self.train_t0 if self.train_t0 is not None else now
+        limit_left = max(0.0, s.max_time_s - self._limit_used_s - (now - started))
+        phase = ("train", "warmup", "val", "epoch", "save")
+        scheduled = sum(left[k] for k in phase) if counts["train"] is not None else math.inf
+        if scheduled <= limit_left:
+            return
+        final_save = (self._unit("save")[0] or 0.0) if (self.saves or self.meters["save"].done) else 0.0
+        for kind in phase:
+            left[kind] = 0.0
+        left["train"] = limit_left
+        left["save"] = final_save
+
+    def parts(self, now: float) -> dict[str, Part]:
+        """Each kind's seconds so far, its unit cost, and what the ETA counts for it."""
+        left = self._left(now) or {}
+        counts = self._counts_left()
+        out: dict[str, Part] = {}
+        for kind in KINDS:
+            meter = self.meters[kind]
+            unit, measured = self._unit(kind) if kind not in ("ptp", "warmup", "startup") else (None, True)
+            spent = meter.total + meter.current
+            if kind == "warmup":
+                spent = self.batches.warmup_extra_s()
+            if kind == "train":
+                spent -= self.batches.warmup_extra_s()
+            count = counts.get(kind)
+            out[kind] = Part(kind, spent, meter.done, left.get(kind, 0.0), None if count is None else int(count),
+                             unit, measured)
+        return out
+
+    # --------------------------------------------------------------------------- resume
+    def state_dict(self, now: float) -> dict[str, Any]:
+        """Measured unit costs and elapsed time, for a resumed fit to start from."""
+        units = {}
+        for kind in ("train", "val", "epoch", "save"):
+            unit, measured = self._unit(kind)
+            if measured and unit is not None:
+                units[kind] = unit
+        return {"units": units, "elapsed_s": self.elapsed_s(now)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Start from an earlier run's measurements: they count as seen until this run measures."""
+        self._prior = {k: float(v) for k, v in state.get("units", {}).items()}
+        self.elapsed_before_s = float(state.get("elapsed_s", 0.0))

@@ -1,0 +1,200 @@
+"""What a training host spends outside the model's kernels: loop, loaders, copies, saves, teardown.
+
+A fit is more than its steps. On the H100 fits this project measured (Lightning, a progress bar,
+DataLoaders with 4 workers, default checkpointing) the time outside the traced steps was 15-40%
+of the fit: the training loop's own per-batch work, each DataLoader iterator's worker start, the
+copy of every batch into pinned memory and to the GPU, checkpoint saves (device-to-host copies of
+weights and optimizer state into fresh memory, then the write), and the teardown (Lightning moves
+the model back to the CPU). :class:`HostCosts` holds those rates and fixed costs for one host.
+
+Where they come from:
+
+* GPU hosts: the defaults of :data:`H100_HOST` were fitted on the whole Lightning fits recorded on
+  an H100 host (``benchmarks/data/timelines.jsonl``, 2026-11-22) by
+  ``python benchmarks/replay_timelines.py --fit-host``: a fixed cost plus bytes over a rate per
+  kind of work, never a number per model. A fit measures its own values as it runs.
+* any host: :func:`probe_host` measures this machine's DataLoader worker start and the write rate
+  of the checkpoint directory (and, with a GPU, the device-to-host copy rate) in well under a
+  second, cached on disk (``$PTP_CACHE_DIR`` or ``~/.cache/ptp_callback``) so later fits pay nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import tempfile
+import time
+from dataclasses import asdict, dataclass, replace
+
+import torch
+
+from .cache import cache_dir
+
+
+@dataclass(frozen=True)
+class HostCosts:
+    """One host's costs outside the model's kernels (seconds; rates in bytes per second).
+
+    ``loop_s`` / ``val_loop_s``: the training / validation loop's own work per batch that the
+    device does not hide (hooks, progress bar, logging, the batch's host-to-device transfer call);
+    ``loader_start_s``: a DataLoader iterator starting its worker processes until they can deliver;
+    ``input_bytes_per_s``: a GPU batch's pinning and copy to the device; ``copy_bytes_per_s``:
+    device-to-host copies into fresh host memory (checkpoints of GPU tensors, ``model.cpu()``);
+    ``write_bytes_per_s`` and ``save_fixed_s``: ``torch.save`` to the checkpoint directory;
+    ``remove_bytes_per_s``: deleting a checkpoint file that a new save replaces;
+    ``end_s``: the fixed part of a fit's teardown (loader workers, loggers).
+    """
+
+    loop_s: float
+    val_loop_s: float
+    loader_start_s: float
+    input_bytes_per_s: float
+    copy_bytes_per_s: float
+    write_bytes_per_s: float
+    save_fixed_s: float
+    remove_bytes_per_s: float
+    end_s: float
+    source: str = ""
+
+
+# Fitted on the six Lightning fits of benchmarks/data/timelines.jsonl (NVIDIA H100 80GB HBM3 host,
+# 16 cores, Lightning 2.6.6, Rich bar, 4 loader workers), 2026-11-22, with
+# `python benchmarks/replay_timelines.py --fit-host`. Each is a host property: a cost per batch,
+# per loader start, per byte copied or written -- none belongs to a model.
+H100_HOST = HostCosts(
+    loop_s=3.6e-3,
+    val_loop_s=3.6e-3,
+    loader_start_s=0.45,
+    input_bytes_per_s=6.0e9,
+    copy_bytes_per_s=0.45e9,
+    write_bytes_per_s=4.0e9,
+    save_fixed_s=0.05,
+    remove_bytes_per_s=3.0e9,
+    end_s=0.27,
+    source="fitted on Lightning fits recorded on an H100 host (benchmarks/data/timelines.jsonl)",
+)
+
+# A CPU host before its probe: the loop's per-batch work is measured by the sanity check there.
+CPU_HOST = replace(H100_HOST, loop_s=0.0, val_loop_s=0.0, input_bytes_per_s=float("inf"),
+                   copy_bytes_per_s=float("inf"), end_s=0.05, source="defaults for a CPU host")
+
+
+def probe_host(
+    base: HostCosts,
+    *,
+    checkpoint_dir: str | None = None,
+    num_workers: int = 0,
+    device: torch.device | None = None,
+    cache: bool = True,
+) -> HostCosts:
+    """``base`` with what this machine measures in its place: the worker start of a DataLoader
+    with ``num_workers`` workers, the write rate of ``checkpoint_dir``, and with a CUDA ``device``
+    the device-to-host copy rate. Each probe is cached on disk per host and setting."""
+    costs = base
+    if num_workers > 0:
+        start = _cached(f"loader-{num_workers}-{_start_method()}", lambda: {"s": _loader_start_s(num_workers)}, cache)
+        costs = replace(costs, loader_start_s=start["s"])
+    if checkpoint_dir:
+        write = _cached(f"write-{_filesystem_key(checkpoint_dir)}", lambda: _write_rate(checkpoint_dir), cache)
+        costs = replace(costs, write_bytes_per_s=write["bytes_per_s"], save_fixed_s=write["fixed_s"],
+                        remove_bytes_per_s=write["remove_bytes_per_s"])
+    if device is not None and device.type == "cuda" and torch.cuda.is_available():
+        copy = _cached(f"copy-{torch.cuda.get_device_name(device)}", lambda: {"bytes_per_s": _copy_rate(device)}, cache)
+        costs = replace(costs, copy_bytes_per_s=copy["bytes_per_s"])
+    return replace(costs, source=f"{base.source}; probed on {platform.node() or 'this host'}")
+
+
+def _cached(key: str, measure, cache: bool) -> dict[str, float]:  # noqa: ANN001 - a zero-argument callable
+    digest = hashlib.sha1(f"{platform.node()}|{key}".encode()).hexdigest()[:16]
+    path = os.path.join(cache_dir(), f"host-{digest}.json")
+    if cache and os.path.exists(path):
+        try:
+            with open(path) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            pass
+    value = measure()
+    if cache:
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as f:
+                json.dump(value, f)
+        except OSError:
+            pass  # an unwritable cache only costs the next fit the probe again
+    return value
+
+
+def _start_method() -> str:
+    import multiprocessing
+
+    return multiprocessing.get_start_method(allow_none=True) or "default"
+
+
+class _One(torch.utils.data.Dataset):
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return torch.zeros(1)
+
+
+def _loader_start_s(num_workers: int) -> float:
+    """Seconds from creating a DataLoader iterator with worker processes to its first batch."""
+    import warnings
+
+    loader = torch.utils.data.DataLoader(_One(), batch_size=1, num_workers=num_workers)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "suggested max number of workers": the user's setting, not ours
+        started = time.perf_counter()
+        iterator = iter(loader)
+        next(iterator)
+        seconds = time.perf_counter() - started
+    del iterator  # shuts the workers down
+    return seconds
+
+
+def _filesystem_key(directory: str) -> str:
+    path = os.path.abspath(directory)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return f"{os.stat(path).st_dev}"
+
+
+def _write_rate(directory: str) -> dict[str, float]:
+    """``torch.save`` of a small and a 64 MB state to ``directory``: fixed cost and bytes per second."""
+    target = directory if os.path.isdir(directory) else tempfile.gettempdir()
+    small = {"w": torch.zeros(16)}
+    big = {f"w{i}": torch.ones(2**20, dtype=torch.float32) for i in range(16)}  # 64 MB in 16 tensors
+    times, removed = [], 0.0
+    for state in (small, big):
+        fd, path = tempfile.mkstemp(dir=target, suffix=".ptp-probe")
+        os.close(fd)
+        try:
+            started = time.perf_counter()
+            torch.save(state, path)
+            times.append(time.perf_counter() - started)
+        finally:
+            started = time.perf_counter()
+            os.remove(path)
+            removed = time.perf_counter() - started
+    nbytes = 64 * 2**20
+    return {"fixed_s": times[0], "bytes_per_s": nbytes / max(1e-6, times[1] - times[0]),
+            "remove_bytes_per_s": nbytes / max(1e-6, removed)}
+
+
+def _copy_rate(device: torch.device) -> float:
+    """Device-to-host copies into fresh host memory, as ``torch.save`` and ``module.cpu()`` do."""
+    tensors = [torch.ones(2**20, device=device) for _ in range(16)]  # 64 MB
+    torch.cuda.synchronize(device)  # the copies below must not wait on the fills
+    started = time.perf_counter()
+    copies = [t.cpu() for t in tensors]
+    seconds = time.perf_counter() - started
+    del copies, tensors
+    return 64 * 2**20 / max(1e-6, seconds)
+
+
+def as_dict(costs: HostCosts) -> dict[str, float | str]:
+    """The costs as plain numbers (for logs and benchmark output)."""
+    return asdict(costs)

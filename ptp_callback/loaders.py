@@ -1,0 +1,97 @@
+"""What a prediction needs of a DataLoader: one example batch, untouched iterators, and its costs.
+
+An example batch is built the way the loader would build one -- its first ``batch_size`` items
+passed through its ``collate_fn`` -- without creating an iterator (no worker processes, no sampler
+draw) and with every random-number generator restored afterwards, so the user's data order is
+exactly what it would have been. Building it is timed: that is the loader's per-batch work, which
+its workers hide or the training loop waits for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from .run_plan import LoaderFacts
+
+
+@contextlib.contextmanager
+def rng_preserved() -> Iterator[None]:
+    """Restore the torch, CUDA, Python and NumPy generators on exit."""
+    import numpy as np
+
+    torch_state = torch.get_rng_state()
+    cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    py_state = random.getstate()
+    np_state = np.random.get_state()
+    try:
+        yield
+    finally:
+        torch.set_rng_state(torch_state)
+        if cuda_states is not None:
+            torch.cuda.set_rng_state_all(cuda_states)
+        random.setstate(py_state)
+        np.random.set_state(np_state)
+
+
+def first_loader(loaders: Any) -> Any:
+    """The first DataLoader of a loader, a list or dict of them, or a combined loader."""
+    if loaders is None:
+        return None
+    flattened = getattr(loaders, "flattened", None)
+    if flattened:
+        return flattened[0]
+    if isinstance(loaders, (list, tuple)):
+        return loaders[0] if loaders else None
+    if isinstance(loaders, dict):
+        return next(iter(loaders.values()), None)
+    return loaders
+
+
+def example_batch(loader: Any, transform: Callable[[Any], Any] | None = None) -> tuple[Any, float]:
+    """One batch shaped like the loader's, and the seconds it took to build (its items and collate).
+
+    A map-style dataset with a batch size gives its first items collated directly; anything else
+    (an iterable dataset, a batch sampler) is read from a fresh iterator. ``transform`` applies the
+    framework's own batch hooks. Every generator's state is restored afterwards.
+    """
+    with rng_preserved():
+        started = time.perf_counter()
+        dataset = getattr(loader, "dataset", None)
+        batch_size = getattr(loader, "batch_size", None)
+        if batch_size and hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__") and len(dataset):
+            items = [dataset[i] for i in range(min(batch_size, len(dataset)))]
+            batch = loader.collate_fn(items)
+        else:
+            batch = next(iter(loader))
+        seconds = time.perf_counter() - started
+        if transform is not None:
+            with contextlib.suppress(Exception):  # user hooks written for the loop's state
+                batch = transform(batch)
+    return batch, seconds
+
+
+def batch_bytes(batch: Any) -> int:
+    """Bytes of the tensors in a batch (any nesting of lists, tuples, dicts and dataclasses)."""
+    from torch.utils._pytree import tree_flatten
+
+    leaves, _ = tree_flatten(batch)
+    total = sum(t.numel() * t.element_size() for t in leaves if isinstance(t, torch.Tensor))
+    if not total and hasattr(batch, "__dict__"):
+        total = batch_bytes(vars(batch))
+    return total
+
+
+def loader_facts(loader: Any, batch: Any = None, load_s: float = 0.0) -> LoaderFacts:
+    """The plan's view of a DataLoader: workers, persistence, one batch's build time and bytes."""
+    return LoaderFacts(
+        num_workers=int(getattr(loader, "num_workers", 0) or 0),
+        persistent_workers=bool(getattr(loader, "persistent_workers", False)),
+        load_s=load_s,
+        batch_bytes=batch_bytes(batch) if batch is not None else 0,
+    )

@@ -1,0 +1,70 @@
+"""The two lines a fit logs: its plan before step one, and each part's prediction beside what it measured.
+
+Pure formatting of :class:`~ptp_callback.forecast.Part` records (no state, no I/O).
+
+>>> from ptp_callback.forecast import Part
+>>> parts = {"train": Part("train", 0.0, 0, 120.0, 1000, 0.12, False),
+...          "save": Part("save", 0.0, 0, 9.0, 3, 3.0, False)}
+>>> plan_line(parts, 129.0, "bf16-mixed", "NVIDIA H100 80GB HBM3")
+'predicted fit 2m09s at bf16-mixed on NVIDIA H100 80GB HBM3: train 2m00s (1000 batches), checkpoints 9.0s (3 saves)'
+"""
+
+from __future__ import annotations
+
+from .display import format_duration
+from .forecast import Part
+
+# The parts in the order a fit spends them, with the words the log uses.
+LABELS: dict[str, tuple[str, str]] = {
+    "ptp": ("ptp", ""),
+    "startup": ("start-up", ""),
+    "sanity": ("sanity check", ""),
+    "warmup": ("warm-up", ""),
+    "train": ("train", "batches"),
+    "val": ("validation", "runs"),
+    "epoch": ("epoch starts", "epochs"),
+    "save": ("checkpoints", "saves"),
+    "end": ("end", ""),
+}
+
+
+def _amount(kind: str, count: int | None) -> str:
+    unit = LABELS[kind][1]
+    return f" ({count} {unit})" if unit and count else ""
+
+
+def plan_line(parts: dict[str, Part], total_s: float | None, precision: str, device: str) -> str:
+    """``predicted fit 3m12s at bf16-mixed on <device>: train ..., validation ..., checkpoints ...``."""
+    shown = []
+    for kind, (label, _unit) in LABELS.items():
+        part = parts.get(kind)
+        if part is None:
+            continue
+        seconds = part.spent_s + part.left_s
+        if seconds < 0.05 and not (LABELS[kind][1] and part.left_count):
+            continue
+        shown.append(f"{label} {format_duration(seconds)}{_amount(kind, part.left_count)}")
+    head = f"predicted fit {format_duration(total_s)} at {precision} on {device}"
+    return head + (": " + ", ".join(shown) if shown else "")
+
+
+def report_line(predicted: dict[str, Part], measured: dict[str, Part], actual_s: float,
+                before_step_one_s: float | None) -> str:
+    """``fit took 3m20s, predicted before step one 3m12s (-4.0%): train 2m45s (predicted 2m40s), ...``."""
+    head = f"fit took {format_duration(actual_s)}"
+    if before_step_one_s is not None and actual_s > 0:
+        head += f", predicted before step one {format_duration(before_step_one_s)} " \
+                f"({100.0 * (before_step_one_s / actual_s - 1.0):+.1f}%)"
+    shown = []
+    for kind, (label, _unit) in LABELS.items():
+        done = measured.get(kind)
+        planned = predicted.get(kind)
+        spent = done.spent_s if done is not None else 0.0
+        expected = planned.spent_s + planned.left_s if planned is not None else None
+        if spent < 0.05 and (expected is None or expected < 0.05):
+            continue
+        text = f"{label} {format_duration(spent)}"
+        if expected is not None and kind not in ("ptp", "startup"):
+            text += f" (predicted {format_duration(expected)})"
+        shown.append(text)
+    return head + (": " + ", ".join(shown) if shown else "")

@@ -1,0 +1,180 @@
+"""The plan of a fit: what each unit of its work will cost, predicted before step one.
+
+:func:`plan_run` turns the traced and predicted training and validation steps, the host's costs
+(:mod:`~ptp_callback.host_costs`), the data loaders and the checkpoint into a :class:`RunPlan`,
+which the forecaster multiplies by the schedule's counts:
+
+* a training batch: the step without its optimizer phase, the loop's per-batch work, the batch's
+  copy to a GPU, and the data-loader wait (without workers the loader runs inside the loop; with
+  ``n`` workers only what they cannot hide: ``load_s / n - compute``);
+* an optimizer step: the step's optimizer phase plus gradient communication across GPUs;
+* a validation run: its loader's start, then its batches (the validation step and the loop);
+* an epoch boundary: the training loader's start (once only with ``persistent_workers``);
+* a checkpoint save: fixed cost, GPU tensors copied to the host, bytes written;
+* the sanity check: the validation loader's start and its batches;
+* the first batches' warm-up on a GPU and the end's teardown (moving the model back to the CPU).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .host_costs import HostCosts
+
+# Extra seconds of a GPU fit's first steps (kernel loading, cuDNN heuristics), from the Lightning
+# fits recorded on an H100 (benchmarks/data/fits.jsonl, timelines.jsonl): about 0.2 s for the
+# sanity check's and 0.1 s for the first training batch's, plus 0.7 s and 0.15 s under autocast.
+# The first fit in a process pays them; later fits in the same process much less.
+GPU_WARMUP_SANITY_S = (0.2, 0.7)
+GPU_WARMUP_TRAIN_S = (0.1, 0.15)
+# New kernels in the first training step per new kernel of the forward: each GEMM and convolution
+# has two backward kernels (data and weight gradients), elementwise ops one, plus the optimizer's.
+# The H100 fits with the largest warm-ups (a convnet of many distinct depthwise convolutions under
+# 16-mixed: 6.0 s after a 3.1 s excess in its sanity check; GPT-2 under bf16-mixed: 1.6 s after
+# 0.8 s) agree with it.
+TRAIN_KERNELS_PER_FORWARD_KERNEL = 2.0
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What each unit of a fit's work costs, predicted before step one (seconds).
+
+    ``train_batch_s``: one training (micro-)batch -- forward, backward, the training loop's own
+    work and the data-loader wait; ``optimizer_step_s`` once per optimizer step; ``val_batch_s`` one
+    validation batch and ``val_run_s`` the fixed part of a validation run (its loader's start);
+    ``epoch_s`` each epoch boundary (``first_epoch_s`` the first one, when it differs: a loader
+    started before the first epoch, persistent workers that start once); ``save_s`` one checkpoint
+    save (``first_save_s`` the first, when it differs: later saves also delete the checkpoint they
+    replace); ``sanity_s`` the sanity check, of which ``sanity_warmup_s`` is GPU warm-up;
+    ``warmup_s`` what the first training batches take beyond steady ones; ``end_s`` the teardown
+    after the last batch.
+
+    Refinements the forecaster applies before step one: ``sanity_calibrates`` -- the sanity
+    check's steady batches measure the loop's per-batch work (on a CPU, where no GPU warm-up hides
+    it); ``warmup_per_sanity_excess`` -- on a GPU, what the sanity check took beyond its predicted
+    batches is the first use of the forward's kernels, and the first training step uses about
+    that many times more new kernels (the backward's data and weight gradients, the optimizer).
+    """
+
+    train_batch_s: float
+    optimizer_step_s: float = 0.0
+    val_batch_s: float = 0.0
+    val_run_s: float = 0.0
+    epoch_s: float = 0.0
+    first_epoch_s: float | None = None
+    save_s: float = 0.0
+    first_save_s: float | None = None
+    sanity_s: float = 0.0
+    sanity_warmup_s: float = 0.0
+    warmup_s: float = 0.0
+    end_s: float = 0.0
+    sanity_calibrates: bool = False
+    warmup_per_sanity_excess: float = 0.0
+
+
+@dataclass(frozen=True)
+class LoaderFacts:
+    """What the plan needs to know of a DataLoader.
+
+    ``load_s``: seconds to build one batch in the training process (reading and collating the
+    items: measured on an example batch); ``batch_bytes``: the bytes of one batch's tensors.
+    """
+
+    num_workers: int = 0
+    persistent_workers: bool = False
+    load_s: float = 0.0
+    batch_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    """A predicted step reduced to what the plan uses (seconds)."""
+
+    step_s: float
+    optimizer_s: float = 0.0
+
+    @classmethod
+    def of(cls, prediction: object) -> StepCosts:
+        """From a :class:`~ptp_callback.predict.StepPrediction`."""
+        phases = getattr(prediction, "breakdown", {}).get("phase", {})
+        return cls(float(getattr(prediction, "step_s")), float(phases.get("optimizer", 0.0)))
+
+
+def plan_run(
+    train: StepCosts,
+    val: StepCosts | None,
+    host: HostCosts,
+    *,
+    on_gpu: bool,
+    autocast: bool = False,
+    train_loader: LoaderFacts = LoaderFacts(),
+    val_loader: LoaderFacts = LoaderFacts(),
+    sanity_batches: int = 0,
+    checkpoint_bytes: float = 0.0,
+    saves_replace_previous: bool = False,
+    model_bytes_to_cpu_at_end: float = 0.0,
+    comm_s: float = 0.0,
+    loader_started_before_first_epoch: bool = False,
+    sanity_calibrates: bool = False,
+) -> RunPlan:
+    """Per-unit costs of a fit (see the module doc).
+
+    ``checkpoint_bytes``: what one save writes (weights and optimizer state, as saved);
+    ``saves_replace_previous``: each save after the first deletes the checkpoint it replaces
+    (``ModelCheckpoint(save_top_k=1)``, the default);
+    ``model_bytes_to_cpu_at_end``: what the framework copies back to the host at teardown
+    (Lightning moves the model to the CPU); ``loader_started_before_first_epoch``: the training
+    loader's workers are already running when the first epoch starts (Lightning starts them while
+    setting up).
+    """
+    compute = train.step_s - train.optimizer_s
+    input_s = train_loader.batch_bytes / host.input_bytes_per_s if on_gpu else 0.0
+    train_batch = compute + host.loop_s + input_s + _data_wait(train_loader, compute)
+    val_batch = 0.0
+    if val is not None:
+        val_compute = val.step_s
+        val_input = val_loader.batch_bytes / host.input_bytes_per_s if on_gpu else 0.0
+        val_batch = val_compute + host.val_loop_s + val_input + _data_wait(val_loader, val_compute)
+    val_start = _loader_start(host, val_loader)
+    epoch = 0.0 if train_loader.persistent_workers else _loader_start(host, train_loader)
+    first_epoch = 0.0 if loader_started_before_first_epoch else _loader_start(host, train_loader)
+    copy_s = checkpoint_bytes / host.copy_bytes_per_s if on_gpu else 0.0
+    save = host.save_fixed_s + copy_s + checkpoint_bytes / host.write_bytes_per_s if checkpoint_bytes else 0.0
+    later_save = save + (checkpoint_bytes / host.remove_bytes_per_s if saves_replace_previous else 0.0)
+    warmup = sanity_warmup = 0.0
+    if on_gpu:
+        warmup = GPU_WARMUP_TRAIN_S[0] + autocast * GPU_WARMUP_TRAIN_S[1]
+        sanity_warmup = GPU_WARMUP_SANITY_S[0] + autocast * GPU_WARMUP_SANITY_S[1]
+    sanity = val_start + sanity_batches * val_batch + sanity_warmup if sanity_batches else 0.0
+    end = host.end_s + (model_bytes_to_cpu_at_end / host.copy_bytes_per_s if on_gpu else 0.0)
+    return RunPlan(
+        train_batch_s=train_batch,
+        optimizer_step_s=train.optimizer_s + comm_s,
+        val_batch_s=val_batch,
+        val_run_s=val_start,
+        epoch_s=epoch,
+        first_epoch_s=first_epoch if first_epoch != epoch else None,
+        save_s=later_save,
+        first_save_s=save if later_save != save else None,
+        sanity_s=sanity,
+        sanity_warmup_s=sanity_warmup if sanity_batches else 0.0,
+        warmup_s=warmup,
+        end_s=end,
+        sanity_calibrates=sanity_calibrates,
+        warmup_per_sanity_excess=TRAIN_KERNELS_PER_FORWARD_KERNEL if on_gpu else 0.0,
+    )
+
+
+def _data_wait(loader: LoaderFacts, compute_s: float) -> float:
+    """Seconds a batch waits for data: all of its loading without workers; with ``n`` workers
+    only what they cannot hide behind the step."""
+    if loader.num_workers <= 0:
+        return loader.load_s
+    return max(0.0, loader.load_s / loader.num_workers - compute_s)
+
+
+def _loader_start(host: HostCosts, loader: LoaderFacts) -> float:
+    """A new iterator of ``loader``: its workers start, then one of them builds the first batch."""
+    if loader.num_workers <= 0:
+        return 0.0
+    return host.loader_start_s + loader.load_s

@@ -1,0 +1,119 @@
+"""A whole run predicted before step one: trace the steps, predict them, cost the rest of the run.
+
+The one flow every adapter shares (Lightning, Accelerate, a plain loop, the HF ``Trainer``): trace
+the training step (and the validation step) of the real model under the run's precision -- from
+the on-disk trace cache when the same step was traced before -- predict them on the target
+device, take the host's costs (probed once per machine, cached), and turn it all into the
+:class:`~ptp_callback.run_plan.RunPlan` the forecaster starts from.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .coefficients import CostCoefficients
+from .devices import DeviceSpec
+from .host_costs import CPU_HOST, H100_HOST, HostCosts, probe_host
+from .precision import PrecisionSpec
+from .predict import StepPrediction, simulate
+from .run_plan import LoaderFacts, RunPlan, StepCosts, plan_run
+from .step import resolve_device
+from .trace_cache import cached_trace_step
+from .tracer import OptimizerArg, StepFn, Trace
+
+
+@dataclass(frozen=True)
+class CheckpointFacts:
+    """What the plan needs of the run's checkpoints: where they go, whether the optimizer state is
+    saved, and whether each save replaces (deletes) the previous file."""
+
+    directory: str | None = None
+    weights_only: bool = False
+    replaces_previous: bool = False
+
+
+@dataclass
+class RunPrediction:
+    """Everything predicted before step one (``trace_s``: seconds spent tracing now, 0 if cached)."""
+
+    trace: Trace
+    step: StepPrediction
+    val_step: StepPrediction | None
+    plan: RunPlan
+    device: DeviceSpec
+    coefficients: CostCoefficients
+    host: HostCosts
+    checkpoint_bytes: float
+    trace_s: float
+    cached: bool
+    notes: list[str] = field(default_factory=list)
+
+
+def predict_run(
+    model: torch.nn.Module,
+    train_batch: Any,
+    step_fn: StepFn | None,
+    optimizer: OptimizerArg,
+    precision: PrecisionSpec,
+    device: str | torch.device | DeviceSpec,
+    *,
+    run_device: torch.device | None = None,
+    val_batch: Any = None,
+    val_step_fn: StepFn | None = None,
+    train_loader: LoaderFacts = LoaderFacts(),
+    val_loader: LoaderFacts = LoaderFacts(),
+    sanity_batches: int = 0,
+    checkpoint: CheckpointFacts | None = None,
+    host: HostCosts | None = None,
+    communication: Callable[[StepPrediction, DeviceSpec], float] | None = None,
+    loader_started_before_first_epoch: bool = False,
+    model_to_cpu_at_end: bool = False,
+    extra_key: str = "",
+) -> RunPrediction:
+    """Predict a run before its first step (see the module doc).
+
+    ``device`` is the device predicted for; ``run_device`` the one training runs on here (its host
+    costs are probed when it is the predicted one). ``communication(step, device)`` gives the
+    seconds of gradient communication one optimizer step adds (data-parallel training).
+    ``extra_key`` is what else the step's trace depends on (a framework's step method, for the
+    trace cache).
+    """
+    spec, coef = resolve_device(device)
+    target_type = "cpu" if spec.arch == "cpu" else "cuda"
+    on_gpu = target_type == "cuda"
+    started = time.perf_counter()
+    trace, cached = cached_trace_step(model, train_batch, step_fn, optimizer, precision, target_type=target_type,
+                                      extra_key=extra_key)
+    step = simulate(trace, spec, coef)
+    val_step = None
+    if val_batch is not None:
+        val_trace, val_cached = cached_trace_step(model, val_batch, val_step_fn, None, precision,
+                                                  target_type=target_type, train=False, extra_key=extra_key)
+        val_step = simulate(val_trace, spec, coef)
+        cached = cached and val_cached
+    trace_s = time.perf_counter() - started
+    if host is None:
+        base = H100_HOST if on_gpu else CPU_HOST
+        if run_device is not None and (run_device.type == "cuda") == on_gpu:  # training runs here: measure it
+            host = probe_host(base, checkpoint_dir=checkpoint.directory if checkpoint else None,
+                              num_workers=max(train_loader.num_workers, val_loader.num_workers), device=run_device)
+        else:
+            host = base
+    comm_s = communication(step, spec) if communication is not None else 0.0
+    checkpoint_bytes = 0.0
+    if checkpoint is not None:
+        checkpoint_bytes = float(trace.param_bytes + (0 if checkpoint.weights_only else trace.optimizer_state_bytes))
+    plan = plan_run(StepCosts.of(step), StepCosts.of(val_step) if val_step is not None else None, host,
+                    on_gpu=on_gpu, autocast=precision.autocast_dtype is not None, train_loader=train_loader,
+                    val_loader=val_loader, sanity_batches=sanity_batches, checkpoint_bytes=checkpoint_bytes,
+                    saves_replace_previous=bool(checkpoint and checkpoint.replaces_previous),
+                    model_bytes_to_cpu_at_end=float(trace.param_bytes) if model_to_cpu_at_end and on_gpu else 0.0,
+                    comm_s=comm_s, loader_started_before_first_epoch=loader_started_before_first_epoch,
+                    sanity_calibrates=not on_gpu)
+    return RunPrediction(trace, step, val_step, plan, spec, coef, host, checkpoint_bytes, 0.0 if cached else trace_s,
+                         cached, list(trace.notes))

@@ -1,0 +1,316 @@
+"""The run forecaster on event streams of every schedule form, on virtual time."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from fit_events import Costs, feed, play
+from ptp_callback.checkpoints import CheckpointSettings, save_positions
+from ptp_callback.forecast import OVERRUN_SHARE, RunForecaster
+from ptp_callback.run_plan import RunPlan
+from ptp_callback.schedule import EPOCH_END, FitStart, build_schedule
+
+
+def schedule_of(**overrides):
+    settings = dict(batches_per_epoch=10, accumulate=1, max_epochs=3, max_steps=None, val_check_batch=10,
+                    check_val_every_n_epoch=1, val_batches_per_run=4, sanity_batches=2)
+    settings.update(overrides)
+    return build_schedule(**settings)
+
+
+def plan_of(costs: Costs, **overrides) -> RunPlan:
+    settings = dict(train_batch_s=costs.batch, val_run_s=costs.val_run, epoch_s=costs.epoch,
+                    first_epoch_s=costs.first_epoch, save_s=costs.save, sanity_s=costs.sanity,
+                    warmup_s=costs.first_extra, end_s=costs.end)
+    settings.update(overrides)
+    return RunPlan(**settings)
+
+
+FORMS = {
+    "epochs, default checkpoints": (dict(), CheckpointSettings()),
+    "val_check_interval=0.25, saves after each validation":
+        (dict(val_check_batch=2), CheckpointSettings(on_epoch_end=False)),
+    "validation every 4 batches across epochs": (dict(val_check_batch=4, check_val_every_n_epoch=None),
+                                                CheckpointSettings(on_epoch_end=False)),
+    "max_steps mid-epoch, accumulation": (dict(max_epochs=None, max_steps=7, accumulate=3), CheckpointSettings()),
+    "every_n_train_steps with save_last": (dict(), CheckpointSettings(every_n_train_steps=4, every_n_epochs=0,
+                                                                      save_last=True)),
+    "validation every second epoch": (dict(check_val_every_n_epoch=2), CheckpointSettings(every_n_epochs=2)),
+    "validation at the end of an unsized epoch": (dict(val_check_batch=EPOCH_END), CheckpointSettings()),
+    "no validation, no checkpoints": (dict(val_batches_per_run=0, val_check_batch=None, sanity_batches=0), None),
+    "resumed mid-epoch": (dict(start=FitStart(position=14, step=14, epoch=1, epochs_counted=1, batch_in_epoch=4),
+                               sanity_batches=0), CheckpointSettings()),
+}
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+def test_remaining_time_is_exact_when_every_unit_costs_what_the_plan_says(form):
+    overrides, checkpoint = FORMS[form]
+    schedule = schedule_of(**overrides)
+    saves = save_positions(schedule, checkpoint) if checkpoint else ()
+    costs = Costs(first_extra=4.0)
+    events = list(play(schedule, saves, costs))
+    fit_end = events[-1][0]
+    forecaster = RunForecaster(schedule, saves=saves)
+    forecaster.fit_start(0.0)
+    forecaster.set_plan(plan_of(costs), 0.0)
+    assert forecaster.predicted_total_s == pytest.approx(fit_end)
+    checked = 0
+    for (t, name), (t_next, _next) in zip(events[1:], events[2:] + [(fit_end, "")]):
+        feed(forecaster, name, t)
+        for now in (t, (t + t_next) / 2):  # at the event, and half-way to the next one
+            assert forecaster.remaining_s(now) == pytest.approx(fit_end - now, abs=1e-9), (name, now)
+            checked += 1
+    assert checked > 20
+    assert forecaster.remaining_s(fit_end) == 0.0
+    assert forecaster.before_step_one_s == pytest.approx(fit_end)
+
+
+def test_the_schedule_forms_cover_what_lightning_counts():
+    # spot checks of the layouts the test above plays (the rules are tested against real fits in
+    # test_checkpoints.py and test_schedule.py)
+    s = schedule_of(val_check_batch=2)
+    assert s.val_after_batches[:5] == (2, 4, 6, 8, 10)
+    assert save_positions(s, CheckpointSettings(on_epoch_end=False))[:3] == (2, 4, 6)
+    s = schedule_of(max_epochs=None, max_steps=7, accumulate=3)
+    # epoch 0 steps after batches 3, 6, 9 and 10 (4 steps); steps 5-7 come after batches 3, 6, 9 of epoch 1
+    assert (s.total_batches, s.epoch_starts) == (19, (0, 10))
+
+
+def test_measured_costs_replace_a_wrong_plan_kind_by_kind():
+    schedule = schedule_of(max_epochs=4)
+    saves = save_positions(schedule, CheckpointSettings())
+    costs = Costs()
+    events = list(play(schedule, saves, costs))
+    fit_end = events[-1][0]
+    forecaster = RunForecaster(schedule, saves=saves)
+    forecaster.fit_start(0.0)
+    doubled = plan_of(costs, train_batch_s=2.0, val_run_s=4.0, epoch_s=1.0, save_s=6.0, sanity_s=1.4)
+    forecaster.set_plan(doubled, 0.0)
+    assert forecaster.remaining_s(0.0) > 1.5 * fit_end
+    epochs_started = 0
+    for t, name in events[1:]:
+        feed(forecaster, name, t)
+        epochs_started += name == "epoch_start"
+        if name == "batch_end" and epochs_started == 3 and forecaster.position == 25:
+            # every kind has been seen (the epoch boundary after the first one too): only the
+            # end is still the plan's, and it was right
+            assert forecaster.remaining_s(t) == pytest.approx(fit_end - t, abs=1e-9)
+            parts = forecaster.parts(t)
+            assert all(parts[k].measured for k in ("train", "val", "save", "epoch"))
+            break
+    else:
+        pytest.fail("the fit did not reach batch 25")
+
+
+def test_before_any_measurement_the_optimizer_step_is_shared_over_the_accumulated_batches():
+    schedule = schedule_of(max_epochs=1, accumulate=4, val_batches_per_run=0, val_check_batch=None,
+                           sanity_batches=0)  # 10 batches, steps after batches 4, 8 and 10
+    forecaster = RunForecaster(schedule, RunPlan(train_batch_s=1.0, optimizer_step_s=0.5))
+    forecaster.fit_start(0.0)
+    assert forecaster.remaining_s(0.0) == pytest.approx(10 * 1.0 + 3 * 0.5)
+
+
+def test_max_time_alone_gives_an_eta():
+    schedule = build_schedule(batches_per_epoch=10, max_epochs=None, max_steps=None, val_check_batch=10,
+                              check_val_every_n_epoch=1, val_batches_per_run=2, max_time_s=100.0)
+    assert schedule.total_batches is None
+    forecaster = RunForecaster(schedule, RunPlan(train_batch_s=1.0, save_s=3.0, end_s=2.0), saves=())
+    forecaster.fit_start(0.0)
+    assert forecaster.remaining_s(0.0) == pytest.approx(100.0 + 2.0)  # the limit, then the end
+    forecaster.train_start(5.0)
+    forecaster.epoch_start(5.0)
+    assert forecaster.remaining_s(35.0) == pytest.approx(70.0 + 2.0)  # the limit counts from train start
+    resumed = RunForecaster(schedule, RunPlan(train_batch_s=1.0, end_s=2.0))
+    resumed.fit_start(0.0)
+    resumed.train_start(1.0, limit_used_s=60.0)  # a resumed fit: its Timer had used 60 s already
+    assert resumed.remaining_s(11.0) == pytest.approx(30.0 + 2.0)
+
+
+def test_max_time_caps_a_longer_schedule():
+    schedule = schedule_of(max_epochs=100, val_batches_per_run=0, val_check_batch=None, sanity_batches=0,
+                           max_time_s=50.0)  # 1000 batches of 1 s would be far longer
+    forecaster = RunForecaster(schedule, RunPlan(train_batch_s=1.0, end_s=2.0))
+    forecaster.fit_start(0.0)
+    forecaster.train_start(0.0)
+    assert forecaster.remaining_s(10.0) == pytest.approx(40.0 + 2.0)
+
+
+def test_time_based_validation_is_counted_from_its_interval():
+    schedule = schedule_of(max_epochs=1, val_check_batch=None, val_every_s=4.0, sanity_batches=0)
+    forecaster = RunForecaster(schedule, RunPlan(train_batch_s=1.0, val_batch_s=0.5, val_run_s=1.0))
+    forecaster.fit_start(0.0)
+    # 10 s of training -> 2 validation runs of 1 + 4 x 0.5 s
+    assert forecaster.remaining_s(0.0) == pytest.approx(10.0 + 2 * 3.0)
+
+
+def test_time_based_saves_are_counted_from_their_interval():
+    schedule = schedule_of(max_epochs=1, val_batches_per_run=0, val_check_batch=None, sanity_batches=0)
+    forecaster = RunForecaster(schedule, RunPlan(train_batch_s=1.0, save_s=0.5), save_every_s=3.0)
+    forecaster.fit_start(0.0)
+    assert forecaster.remaining_s(0.0) == pytest.approx(10.0 + 3 * 0.5)
+
+
+def test_an_unbounded_fit_has_no_eta():
+    schedule = build_schedule(batches_per_epoch=None, max_epochs=None, max_steps=None, val_check_batch=None,
+                              check_val_every_n_epoch=1, val_batches_per_run=0)
+    forecaster = RunForecaster(schedule, RunPlan(train_batch_s=1.0))
+    forecaster.fit_start(0.0)
+    assert forecaster.remaining_s(0.0) is None and forecaster.total_s(0.0) is None
+
+
+def test_the_callbacks_own_work_is_charged_to_ptp():
+    forecaster = RunForecaster(schedule_of(), RunPlan(train_batch_s=1.0))
+    forecaster.fit_start(10.0)
+    forecaster.own_work(2.0)  # e.g. the trace, inside on_fit_start
+    forecaster.sanity_start(12.5)
+    parts = forecaster.parts(12.5)
+    assert parts["ptp"].spent_s == pytest.approx(2.0)
+    assert parts["startup"].spent_s == pytest.approx(0.5)
+
+
+def test_warmup_batches_are_not_steady_work():
+    schedule = schedule_of(max_epochs=1, val_batches_per_run=0, val_check_batch=None, sanity_batches=0)
+    forecaster = RunForecaster(schedule, RunPlan(train_batch_s=9.0), warmup_batches=2)
+    forecaster.fit_start(0.0)
+    forecaster.epoch_start(0.0)
+    t = 0.0
+    for seconds in (6.0, 3.0, 1.0, 1.0):  # two warm-up batches, then steady ones
+        forecaster.batch_start(t)
+        t += seconds
+        forecaster.batch_end(t)
+    assert forecaster.remaining_s(t) == pytest.approx(6 * 1.0)
+    assert forecaster.parts(t)["warmup"].spent_s == pytest.approx(5.0 + 2.0)  # 6 + 3 beyond 2 x 1
+
+
+def test_leading_batches_far_above_the_typical_one_are_warmup_too():
+    schedule = schedule_of(max_epochs=2, val_batches_per_run=0, val_check_batch=None, sanity_batches=0)
+    forecaster = RunForecaster(schedule, RunPlan(train_batch_s=1.0), warmup_batches=0)
+    forecaster.fit_start(0.0)
+    t = 0.0
+    for seconds in (5.0, 1.0, 1.0, 1.0, 1.0, 1.0):  # cuDNN autotuning in the first batch
+        forecaster.batch_start(t)
+        t += seconds
+        forecaster.batch_end(t)
+    assert forecaster.batches.mean_s() == pytest.approx(1.0)
+
+
+def test_the_batch_time_follows_the_speed_it_measures_near_the_end():
+    schedule = schedule_of(max_epochs=1, batches_per_epoch=400, val_batches_per_run=0, val_check_batch=None,
+                           sanity_batches=0)
+    forecaster = RunForecaster(schedule, RunPlan(train_batch_s=1.0), warmup_batches=0, min_window=50)
+    forecaster.fit_start(0.0)
+    t = 0.0
+    for i in range(350):  # the machine gets busy: batches take twice as long from batch 250 on
+        forecaster.batch_start(t)
+        t += 1.0 if i < 250 else 2.0
+        forecaster.batch_end(t)
+    # 50 batches left: averaged over the latest 50, all at the new speed
+    assert forecaster.remaining_s(t) == pytest.approx(50 * 2.0)
+
+
+def test_an_overrunning_save_is_not_taken_as_done():
+    schedule = schedule_of(max_epochs=2, val_batches_per_run=0, val_check_batch=None, sanity_batches=0)
+    saves = save_positions(schedule, CheckpointSettings())  # after batches 10 and 20
+    forecaster = RunForecaster(schedule, RunPlan(train_batch_s=1.0, save_s=3.0), saves=saves)
+    forecaster.fit_start(0.0)
+    t = 0.0
+    for _ in range(20):
+        forecaster.batch_start(t)
+        t += 1.0
+        forecaster.batch_end(t)
+    forecaster.epoch_end(t)
+    forecaster.save_start(t)
+    assert forecaster.remaining_s(t + 1.0) == pytest.approx(2.0)
+    assert forecaster.remaining_s(t + 5.0) == pytest.approx(OVERRUN_SHARE * 3.0)
+
+
+def test_later_saves_cost_what_the_first_measured_plus_what_the_plan_says_they_add():
+    schedule = schedule_of(max_epochs=3, val_batches_per_run=0, val_check_batch=None, sanity_batches=0)
+    saves = save_positions(schedule, CheckpointSettings())  # after batches 10, 20, 30
+    plan = RunPlan(train_batch_s=1.0, save_s=3.5, first_save_s=3.0)  # later ones delete the previous file
+    forecaster = RunForecaster(schedule, plan, saves=saves)
+    forecaster.fit_start(0.0)
+    assert forecaster.remaining_s(0.0) == pytest.approx(30 + 3.0 + 2 * 3.5)
+    t = 0.0
+    for _ in range(10):
+        forecaster.batch_start(t)
+        t += 1.0
+        forecaster.batch_end(t)
+    forecaster.epoch_end(t)
+    forecaster.save_start(t)
+    t += 4.0  # the first save took 4 s, not 3
+    forecaster.epoch_start(t)
+    assert forecaster.parts(t)["save"].left_s == pytest.approx(2 * (4.0 + 0.5))
+
+
+def test_sanity_check_batches_measure_the_loops_own_work_on_a_cpu():
+    plan = RunPlan(train_batch_s=1.0, val_batch_s=0.2, sanity_s=1.0, sanity_calibrates=True)
+    forecaster = RunForecaster(schedule_of(val_batches_per_run=0, val_check_batch=None), plan)
+    forecaster.fit_start(0.0)
+    forecaster.sanity_start(0.0)
+    for t in (0.9, 1.2):  # the first batch pays the loader's start; the second takes 0.3 s, not 0.2
+        forecaster.val_batch_end(t)
+    forecaster.sanity_end(1.2)
+    assert forecaster.plan.train_batch_s == pytest.approx(1.1)
+    assert forecaster.plan.val_batch_s == pytest.approx(0.3)
+
+
+def test_the_sanity_checks_excess_predicts_the_first_training_steps_warmup_on_a_gpu():
+    plan = RunPlan(train_batch_s=1.0, sanity_s=1.5, sanity_warmup_s=0.5, warmup_s=0.3, warmup_per_sanity_excess=2.0)
+    forecaster = RunForecaster(schedule_of(), plan)
+    forecaster.fit_start(0.0)
+    forecaster.sanity_start(0.0)
+    forecaster.sanity_end(4.0)  # 3 s beyond the 1 s of batches and loader start: first use of kernels
+    assert forecaster.plan.warmup_s == pytest.approx(6.0)
+
+
+def test_a_resumed_fit_starts_from_the_earlier_runs_measurements():
+    schedule = schedule_of(max_epochs=2, val_batches_per_run=0, val_check_batch=None, sanity_batches=0)
+    first = RunForecaster(schedule, RunPlan(train_batch_s=5.0), warmup_batches=0)
+    first.fit_start(0.0)
+    t = 0.0
+    for _ in range(8):
+        first.batch_start(t)
+        t += 2.0
+        first.batch_end(t)
+    state = first.state_dict(t)
+    resumed_schedule = schedule_of(max_epochs=2, val_batches_per_run=0, val_check_batch=None, sanity_batches=0,
+                                   start=FitStart(position=8, step=8, batch_in_epoch=8))
+    second = RunForecaster(resumed_schedule, RunPlan(train_batch_s=5.0, end_s=1.0))
+    second.load_state_dict(state)
+    second.fit_start(100.0)
+    assert second.remaining_s(100.0) == pytest.approx(12 * 2.0 + 1.0)  # 12 batches at the measured 2 s
+    assert second.elapsed_s(100.0) == pytest.approx(16.0)
+
+
+def test_events_the_schedule_did_not_foresee_do_not_break_it():
+    schedule = schedule_of(max_epochs=1, val_batches_per_run=0, val_check_batch=None, sanity_batches=0)
+    forecaster = RunForecaster(schedule, RunPlan(train_batch_s=1.0, save_s=2.0))
+    forecaster.fit_start(0.0)
+    forecaster.val_start(0.5)  # a validation nobody planned
+    forecaster.val_end(1.0)
+    forecaster.save_start(1.0)  # a save made by hand
+    assert forecaster.remaining_s(1.5) == pytest.approx(10 * 1.0 + 1.5)
+    for t in range(2, 20):
+        forecaster.batch_start(float(t))
+        forecaster.batch_end(t + 0.5)
+    forecaster.fit_end(30.0)
+    forecaster.batch_end(31.0)
+    assert forecaster.remaining_s(32.0) == 0.0
+
+
+def test_without_a_plan_the_eta_comes_from_measured_batches():
+    schedule = schedule_of(max_epochs=1, val_batches_per_run=0, val_check_batch=None, sanity_batches=0)
+    forecaster = RunForecaster(schedule, None, warmup_batches=1)
+    forecaster.fit_start(0.0)
+    assert forecaster.remaining_s(0.0) is None
+    t = 0.0
+    for _ in range(3):
+        forecaster.batch_start(t)
+        t += 0.5
+        forecaster.batch_end(t)
+    assert forecaster.remaining_s(t) == pytest.approx(7 * 0.5)
+    assert math.isfinite(forecaster.total_s(t))
