@@ -41,7 +41,7 @@ def plan_line(parts: dict[str, Part], total_s: float | None, precision: str, dev
         if part is None:
             continue
         seconds = part.spent_s + part.left_s
-        if seconds < 0.05 and not (LABELS[kind][1] and part.left_count):
+        if seconds < 0.05 and not (LABELS[kind][1] and part.left_count and seconds > 0):
             continue
         shown.append(f"{label} {format_duration(seconds)}{_amount(kind, part.left_count)}")
     head = f"predicted fit {format_duration(total_s)} at {precision} on {device}"

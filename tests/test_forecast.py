@@ -314,3 +314,24 @@ def test_without_a_plan_the_eta_comes_from_measured_batches():
         forecaster.batch_end(t)
     assert forecaster.remaining_s(t) == pytest.approx(7 * 0.5)
     assert math.isfinite(forecaster.total_s(t))
+
+
+def test_the_plan_and_report_lines_name_each_part():
+    from ptp_callback.report import plan_line, report_line
+
+    schedule = schedule_of(max_epochs=2)
+    saves = save_positions(schedule, CheckpointSettings())
+    costs = Costs()
+    forecaster = RunForecaster(schedule, saves=saves)
+    forecaster.fit_start(0.0)
+    forecaster.set_plan(plan_of(costs), 0.0)
+    line = plan_line(forecaster.initial_parts, forecaster.predicted_total_s, "bf16-mixed", "NVIDIA H100 80GB HBM3")
+    # 20 batches x 1 s, 2 validation runs x 2 s, 2 saves x 3 s, one epoch boundary of 0.5 s, end 1.5 s, sanity 0.7 s
+    assert line == ("predicted fit 32.7s at bf16-mixed on NVIDIA H100 80GB HBM3: sanity check 700.0ms, "
+                    "train 20.0s (20 batches), validation 4.0s (2 runs), epoch starts 500.0ms (2 epochs), "
+                    "checkpoints 6.0s (2 saves), end 1.5s")
+    for t, name in play(schedule, saves, costs):
+        feed(forecaster, name, t)
+    report = report_line(forecaster.initial_parts, forecaster.parts(32.7), 32.7, forecaster.before_step_one_s)
+    assert report.startswith("fit took 32.7s, predicted before step one 32.7s (+0.0%): ")
+    assert "checkpoints 6.0s (predicted 6.0s)" in report and "train 20.0s (predicted 20.0s)" in report

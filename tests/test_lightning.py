@@ -287,3 +287,35 @@ def test_a_fit_with_checkpoints_and_loader_workers_gives_the_events_the_forecast
                     "epoch": len(schedule.epoch_starts)}
     assert forecaster.batches.seen == schedule.total_batches == 36
     assert forecaster.remaining_s(forecaster._t) == 0.0
+
+
+def test_max_time_alone_gives_an_eta():
+    class Remaining(L.Callback):
+        def __init__(self) -> None:
+            self.samples: list[tuple[float, float]] = []
+
+        def on_train_batch_end(self, trainer, *args):
+            left = callback.remaining_s()
+            if left is not None:
+                self.samples.append((callback.clock() - callback.forecaster.train_t0, left))
+
+    callback, remaining = PrecisionTimeCallback(refresh_s=0.0), Remaining()
+    t = L.Trainer(accelerator="cpu", max_time={"seconds": 3}, logger=False, enable_checkpointing=False,
+                  enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+                  callbacks=[callback, remaining])
+    t.fit(Tiny(), loaders(n=4096)[0])
+    assert t.fit_loop.max_epochs == -1 and t.max_steps == -1  # only the time limit bounded this fit
+    assert remaining.samples and callback.eta_text
+    training, left = remaining.samples[len(remaining.samples) // 2]
+    # the limit counts from training's start: what is left of it, plus the end, is the ETA
+    assert left == pytest.approx(3.0 - training + callback.forecaster.plan.end_s, abs=0.05)
+
+
+def test_the_core_never_imports_the_frameworks():
+    code = ("import sys, importlib, pkgutil, ptp_callback\n"
+            "for m in pkgutil.iter_modules(ptp_callback.__path__):\n"
+            "    if m.name != 'integrations': importlib.import_module('ptp_callback.' + m.name)\n"
+            "print(sorted(k for k in sys.modules if k.split('.')[0] in ('lightning', 'pytorch_lightning', "
+            "'accelerate', 'transformers')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

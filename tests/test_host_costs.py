@@ -1,0 +1,38 @@
+"""Host probes on this machine: a real DataLoader's workers, a real torch.save, cached on disk."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from ptp_callback.host_costs import CPU_HOST, H100_HOST, probe_host
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("PTP_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_probes_measure_this_machine_and_keep_the_rest(tmp_path, cache):
+    costs = probe_host(CPU_HOST, checkpoint_dir=str(tmp_path), num_workers=2)
+    assert 0.0 < costs.loader_start_s < 30.0  # two worker processes started and delivered a batch
+    assert 1e6 < costs.write_bytes_per_s < 1e12  # 64 MB written through torch.save
+    assert costs.remove_bytes_per_s > 0 and costs.save_fixed_s >= 0
+    assert costs.loop_s == CPU_HOST.loop_s and costs.end_s == CPU_HOST.end_s  # not probed: kept
+    assert "probed on" in costs.source
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".ptp-probe")]  # the probe cleaned up
+
+
+def test_a_second_probe_reads_the_cache(tmp_path, cache):
+    first = probe_host(CPU_HOST, checkpoint_dir=str(tmp_path), num_workers=1)
+    files = sorted(os.listdir(cache))
+    assert len(files) == 2  # one per probe: the loader's workers, the write rate
+    second = probe_host(CPU_HOST, checkpoint_dir=str(tmp_path), num_workers=1)
+    assert second == first and sorted(os.listdir(cache)) == files
+
+
+def test_without_workers_or_checkpoints_nothing_is_probed(cache):
+    assert probe_host(H100_HOST).loader_start_s == H100_HOST.loader_start_s
+    assert not cache.exists()

@@ -1,0 +1,54 @@
+"""An example batch from a real DataLoader without touching its iterator or anyone's RNG."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset, TensorDataset
+
+from ptp_callback.loaders import batch_bytes, example_batch, first_loader, loader_facts
+
+
+def test_an_example_batch_leaves_every_generator_as_it_was():
+    data = TensorDataset(torch.arange(100.0).unsqueeze(1))
+    loader = DataLoader(data, batch_size=8, shuffle=True, num_workers=2, persistent_workers=True)
+    torch.manual_seed(1), random.seed(1), np.random.seed(1)
+    expected = (torch.rand(1), random.random(), np.random.rand())
+    torch.manual_seed(1), random.seed(1), np.random.seed(1)
+    (x,), seconds = example_batch(loader)
+    assert x.shape == (8, 1) and seconds >= 0.0
+    assert (torch.rand(1), random.random(), np.random.rand()) == expected
+
+
+class Stream(IterableDataset):
+    def __iter__(self):
+        for i in range(5):
+            yield torch.full((3,), float(i))
+
+
+def test_an_iterable_dataset_is_read_from_a_fresh_iterator():
+    (batch, _seconds) = example_batch(DataLoader(Stream(), batch_size=2))
+    assert batch.shape == (2, 3)
+
+
+def test_the_framework_hooks_transform_the_batch():
+    batch, _ = example_batch(DataLoader(TensorDataset(torch.ones(4, 2)), batch_size=2), lambda b: [b[0] * 3])
+    assert torch.equal(batch[0], torch.full((2, 2), 3.0))
+
+
+def test_loader_facts_and_batch_bytes():
+    loader = DataLoader(TensorDataset(torch.ones(16, 4), torch.zeros(16, dtype=torch.long)), batch_size=8,
+                        num_workers=2, persistent_workers=True)
+    batch, seconds = example_batch(loader)
+    facts = loader_facts(loader, batch, seconds)
+    assert (facts.num_workers, facts.persistent_workers) == (2, True)
+    assert facts.batch_bytes == 8 * 4 * 4 + 8 * 8  # float32 features + int64 labels
+    assert batch_bytes({"a": [torch.ones(2, dtype=torch.float16)], "b": 3}) == 4
+
+
+def test_first_loader_of_collections():
+    a, b = DataLoader([1]), DataLoader([2])
+    assert first_loader([a, b]) is a and first_loader({"x": b}) is b and first_loader(a) is a
+    assert first_loader(None) is None

@@ -1,0 +1,71 @@
+"""The plan of a fit from its steps, its host and its loaders, with the arithmetic beside each number."""
+
+from __future__ import annotations
+
+import pytest
+
+from ptp_callback.host_costs import H100_HOST, HostCosts
+from ptp_callback.run_plan import GPU_WARMUP_SANITY_S, GPU_WARMUP_TRAIN_S, LoaderFacts, StepCosts, plan_run
+
+HOST = HostCosts(loop_s=0.004, val_loop_s=0.003, loader_start_s=0.5, input_bytes_per_s=5e9, copy_bytes_per_s=0.5e9,
+                 write_bytes_per_s=2e9, save_fixed_s=0.05, remove_bytes_per_s=4e9, end_s=0.25)
+
+
+def test_a_gpu_plan_adds_the_loop_the_input_copy_and_the_loaders():
+    loader = LoaderFacts(num_workers=4, load_s=0.2, batch_bytes=100_000_000)
+    plan = plan_run(StepCosts(0.100, optimizer_s=0.010), StepCosts(0.030), HOST, on_gpu=True, autocast=True,
+                    train_loader=loader, val_loader=loader, sanity_batches=2, checkpoint_bytes=1e9,
+                    saves_replace_previous=True, model_bytes_to_cpu_at_end=2e8)
+    # batch: 0.090 compute + 0.004 loop + 100 MB / 5 GB/s = 0.020 copy; 4 workers hide 0.2 s / 4 < 0.09 s
+    assert plan.train_batch_s == pytest.approx(0.090 + 0.004 + 0.020)
+    assert plan.optimizer_step_s == pytest.approx(0.010)
+    # a validation batch: 0.030 + 0.003 loop + 0.020 copy, and its 4 workers fall short: 0.2 / 4 - 0.030
+    assert plan.val_batch_s == pytest.approx(0.030 + 0.003 + 0.020 + 0.020)
+    # a loader's start: its workers (0.5 s), then one of them builds the first batch (0.2 s)
+    assert plan.val_run_s == pytest.approx(0.7) and plan.epoch_s == pytest.approx(0.7)
+    assert plan.first_epoch_s is None  # this loop starts its first epoch's loader like the others
+    # a save: 0.05 + 1 GB / 0.5 GB/s copy + 1 GB / 2 GB/s write = 2.55 s; later ones delete 1 GB at 4 GB/s
+    assert plan.first_save_s == pytest.approx(2.55) and plan.save_s == pytest.approx(2.80)
+    assert plan.sanity_warmup_s == pytest.approx(GPU_WARMUP_SANITY_S[0] + GPU_WARMUP_SANITY_S[1])
+    assert plan.sanity_s == pytest.approx(0.7 + 2 * 0.073 + plan.sanity_warmup_s)
+    assert plan.warmup_s == pytest.approx(GPU_WARMUP_TRAIN_S[0] + GPU_WARMUP_TRAIN_S[1])
+    assert plan.end_s == pytest.approx(0.25 + 2e8 / 0.5e9)  # Lightning moves the model back to the CPU
+    assert plan.warmup_per_sanity_excess > 0 and not plan.sanity_calibrates
+
+
+def test_without_workers_the_loop_waits_for_every_batch():
+    plan = plan_run(StepCosts(0.1), None, HOST, on_gpu=False, train_loader=LoaderFacts(num_workers=0, load_s=0.03),
+                    sanity_calibrates=True)
+    assert plan.train_batch_s == pytest.approx(0.1 + 0.004 + 0.03)
+    assert plan.epoch_s == 0.0 and plan.val_run_s == 0.0  # no workers to start
+    assert plan.sanity_calibrates and plan.warmup_s == 0.0 and plan.warmup_per_sanity_excess == 0.0
+
+
+def test_workers_slower_than_the_step_make_it_wait():
+    plan = plan_run(StepCosts(0.05), None, HOST, on_gpu=False, train_loader=LoaderFacts(num_workers=2, load_s=0.3))
+    assert plan.train_batch_s == pytest.approx(0.05 + 0.004 + (0.3 / 2 - 0.05))
+
+
+def test_persistent_workers_start_once_and_a_started_loader_costs_its_first_epoch_nothing():
+    persistent = plan_run(StepCosts(0.1), None, HOST, on_gpu=True,
+                          train_loader=LoaderFacts(num_workers=4, persistent_workers=True))
+    assert persistent.epoch_s == 0.0 and persistent.first_epoch_s == pytest.approx(0.5)
+    started = plan_run(StepCosts(0.1), None, HOST, on_gpu=True, train_loader=LoaderFacts(num_workers=4),
+                       loader_started_before_first_epoch=True)
+    assert started.first_epoch_s == 0.0 and started.epoch_s == pytest.approx(0.5)
+
+
+def test_gradient_communication_is_paid_once_per_optimizer_step():
+    plan = plan_run(StepCosts(0.1, optimizer_s=0.01), None, H100_HOST, on_gpu=True, comm_s=0.02)
+    assert plan.optimizer_step_s == pytest.approx(0.03)
+
+
+def test_step_costs_come_from_a_step_prediction():
+    import torch
+
+    from ptp_callback import predict_step
+
+    pred = predict_step(torch.nn.Linear(64, 64), (torch.randn(8, 64),), lambda m, b: m(*b).sum(),
+                        precision="32-true", device="h100-sxm")
+    costs = StepCosts.of(pred)
+    assert costs.step_s == pred.step_s and costs.optimizer_s == pred.breakdown["phase"]["optimizer"] > 0

@@ -1,0 +1,88 @@
+"""Traces kept on disk: the same step is not traced twice, a different one always is."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ptp_callback.precision import PrecisionSpec
+from ptp_callback.trace_cache import cached_trace_step, code_key, trace_key
+
+SPEC = PrecisionSpec.from_setting("bf16-mixed")
+
+
+def model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 32), nn.Dropout(0.1), nn.Linear(32, 4))
+
+
+def batch(n: int = 8):
+    return (torch.randn(n, 16), torch.randint(0, 4, (n,)))
+
+
+def step(m, b):
+    return F.cross_entropy(m(b[0]), b[1])
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("PTP_CACHE_DIR", str(tmp_path))
+    return tmp_path / "traces"
+
+
+def key(m=None, b=None, fn=step, optimizer=None, spec=SPEC, **kw):
+    return trace_key(m or model(), b or batch(), fn, optimizer, spec, target_type=kw.get("target", "cuda"),
+                     train=kw.get("train", True))
+
+
+def test_the_second_trace_of_the_same_step_comes_from_disk(cache):
+    first, hit = cached_trace_step(model(), batch(), step, None, SPEC)
+    assert not hit and len(os.listdir(cache)) == 1
+    second, hit = cached_trace_step(model(), batch(), step, None, SPEC)
+    assert hit
+    assert [(o.name, o.in_shapes, o.cost) for o in second.ops] == [(o.name, o.in_shapes, o.cost) for o in first.ops]
+    assert second.optimizer_state_bytes == first.optimizer_state_bytes > 0
+
+
+def test_the_key_sees_everything_the_trace_depends_on():
+    base = key()
+    assert key() == base  # the weights' values do not matter, only shapes and dtypes
+    other_dropout = nn.Sequential(nn.Linear(16, 32), nn.Dropout(0.3), nn.Linear(32, 4))
+    frozen = model()
+    frozen[0].weight.requires_grad_(False)
+    different = [
+        key(m=nn.Sequential(nn.Linear(16, 64), nn.Dropout(0.1), nn.Linear(64, 4))),  # shapes
+        key(m=other_dropout),  # a module's settings
+        key(m=frozen),  # what trains
+        key(b=batch(16)),  # the batch
+        key(fn=lambda m, b: m(b[0]).sum()),  # the step's code
+        key(optimizer=torch.optim.SGD(model().parameters(), lr=0.1)),  # the optimizer
+        key(spec=PrecisionSpec.from_setting("16-mixed")),  # the precision
+        key(target="cpu"),
+        key(train=False),
+    ]
+    assert base not in different and len(set(different)) == len(different)
+
+
+def test_code_keys_are_stable_and_tell_functions_apart():
+    assert code_key(step) == code_key(step)
+    assert code_key(step) != code_key(lambda m, b: m(b[0]).sum())
+
+
+def test_caching_can_be_switched_off(cache, monkeypatch):
+    monkeypatch.setenv("PTP_TRACE_CACHE", "0")
+    cached_trace_step(model(), batch(), step, None, SPEC)
+    _, hit = cached_trace_step(model(), batch(), step, None, SPEC)
+    assert not hit and not cache.exists()
+
+
+def test_a_damaged_cache_file_is_traced_again(cache):
+    cached_trace_step(model(), batch(), step, None, SPEC)
+    (path,) = cache.iterdir()
+    path.write_bytes(b"not a pickle")
+    trace, hit = cached_trace_step(model(), batch(), step, None, SPEC)
+    assert not hit and trace.ops
