@@ -348,6 +348,8 @@ def replay(rec: dict, plan: RunPlan | None) -> Replay:
         # The plan exists once the callback's own work at fit start is done: at the first event.
         forecaster.own_work(first_event if rec.get("with_ptp") else 0.0)
         forecaster.set_plan(plan, first_event)
+    has_batch_starts = any(e[0] == "bs" for e in events)
+    step_one = None
     points = []
     i = done = 0
     for fraction in FRACTIONS:
@@ -356,6 +358,8 @@ def replay(rec: dict, plan: RunPlan | None) -> Replay:
             name = events[i][0]
             if name in handlers:
                 handlers[name](events[i][1])
+            if name == "train_start" and not has_batch_starts:  # a recording without batch starts
+                step_one = forecaster.total_s(events[i][1])
             done += name == "b"
             i += 1
         true = fit_end - now
@@ -365,7 +369,8 @@ def replay(rec: dict, plan: RunPlan | None) -> Replay:
         if done and schedule.total_batches:
             naive = (now / done * (schedule.total_batches - done)) / true - 1.0
         points.append((fraction, mine, naive))
-    return Replay(points, fit_end, forecaster.before_step_one_s, forecaster.predicted_total_s)
+    return Replay(points, fit_end, forecaster.before_step_one_s if has_batch_starts else step_one,
+                  forecaster.predicted_total_s)
 
 
 def _pct(x: float | None) -> str:

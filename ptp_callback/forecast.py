@@ -207,7 +207,6 @@ class RunForecaster:
         self._epoch_open_at: int | None = None
         self._epoch_closed_at = -1
         self._sanity_val_ends: list[float] = []
-        self._val_batch_ends: list[float] = []
         self._prior: dict[str, float] = {}  # unit costs measured by an earlier run (resume)
         self._own_pending = 0.0  # the callback's own seconds inside the interval now running
         self._limit_used_s = 0.0  # of max_time, used by earlier runs (resume)
@@ -275,17 +274,15 @@ class RunForecaster:
         self._val_open = True
 
     def val_batch_end(self, t: float) -> None:
-        """A validation batch ended (also during the sanity check)."""
-        if self._last == "sanity_start":
+        """A validation batch ended (the sanity check's refine the plan before step one)."""
+        if self._last == "sanity_start" and len(self._sanity_val_ends) < 64:
             self._sanity_val_ends.append(t)
-        elif len(self._val_batch_ends) < 4096:
-            self._val_batch_ends.append(t)
 
     def val_end(self, t: float) -> None:
         self._event(t, "val_end")
         self._val_ended_at = self.position
 
-    def save_start(self, t: float, nbytes: float | None = None) -> None:
+    def save_start(self, t: float) -> None:
         self._event(t, "save_start")
         self._save_open = True
 
