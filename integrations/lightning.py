@@ -38,7 +38,6 @@ from typing import Any
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
-from ptp_callback.advisor import advice, compare_precisions
 from ptp_callback.calibrate import measure_op_classes
 from ptp_callback.devices import DeviceSpec, get_device
 from ptp_callback.display import format_clock
@@ -46,10 +45,10 @@ from ptp_callback.forecast import RunForecaster
 from ptp_callback.loaders import example_batch, first_loader, loader_facts
 from ptp_callback.precision import PrecisionSpec
 from ptp_callback.report import plan_line, report_line
-from ptp_callback.run_prediction import RunPrediction, predict_run
+from ptp_callback.run_prediction import RunPrediction, advice_cost_s, precision_advice, predict_run
 
-from .lightning_module import (batch_hooks, communication, has_validation, precision_spec, quiet_logging,
-                               step_code_key, training_step, validation_step)
+from .lightning_module import (batch_hooks, communication, has_validation, precision_spec, predicts_the_run_device,
+                               quiet_logging, step_code_key, training_step, validation_step)
 from .lightning_schedule import read_checkpoints, read_schedule, time_limit_used
 
 log = logging.getLogger("lightning.pytorch.ptp_callback")  # printed and configured like Lightning's own lines
@@ -105,6 +104,7 @@ class PrecisionTimeCallback(Callback):
         self._warned: set[str] = set()
         self._last_refresh = -float("inf")
         self._bar: Any = None
+        self._example: Any = None
 
     # ---------------------------------------------------------------- failures never break a fit
     def _warn(self, key: str, message: str) -> None:
@@ -163,6 +163,7 @@ class PrecisionTimeCallback(Callback):
         if train_loader is None:
             raise ValueError("no training batch to trace")
         train_batch, load_s = example_batch(train_loader, transform)
+        self._example = train_batch  # the advice traces it again at other precisions
         val_batch, val_facts, sanity = None, None, self.forecaster.schedule.sanity_batches if self.forecaster else 0
         val_loader = first_loader(trainer.val_dataloaders) if has_validation(trainer) else None
         if val_loader is not None:
@@ -181,25 +182,17 @@ class PrecisionTimeCallback(Callback):
 
     # ----------------------------------------------------------------------- precision advice
     def _advice_cost_s(self) -> float:
-        """Seconds the advice costs: a trace and a prediction per candidate precision."""
-        return 6 * (self.prediction.trace_s + 0.05) if self.prediction is not None else float("inf")
+        return advice_cost_s(self.prediction) if self.prediction is not None else float("inf")
 
     def _advise(self, trainer: Trainer, pl_module: LightningModule, fit_s: float | None,
                 measured_step_s: float | None = None) -> None:
-        prediction, forecaster = self.prediction, self.forecaster
-        if not self.advise or prediction is None or forecaster is None:
+        if not self.advise or self.prediction is None or self.forecaster is None or self._example is None:
             return
         self.advise = False  # once per fit
         with self._guard("precision advice"), quiet_logging(pl_module):
-            batch, _ = example_batch(first_loader(trainer.train_dataloader), batch_hooks(pl_module))
-            options = compare_precisions(pl_module, batch, training_step, trainer.optimizers[0],
-                                         current=precision_spec(trainer), device=prediction.device,
-                                         corrections=self.corrections or None, measured_step_s=measured_step_s)
-            work = forecaster.schedule.remaining(forecaster.schedule.start_batch)
-            optimizer_s = prediction.step.breakdown["phase"].get("optimizer", 0.0)
-            compute = (work.train_batches or 0) * (prediction.step.step_s - optimizer_s) + \
-                (work.optimizer_steps or 0) * optimizer_s  # the part a precision changes
-            text = advice(options, self.precision_label, fit_s, fixed_s=max(0.0, (fit_s or 0.0) - compute))
+            text = precision_advice(self.prediction, pl_module, self._example, training_step, trainer.optimizers[0],
+                                    current=precision_spec(trainer), schedule=self.forecaster.schedule, fit_s=fit_s,
+                                    measured_step_s=measured_step_s, corrections=self.corrections or None)
             if text:
                 self.advice_text = text
                 _print(trainer, f"ptp: {text}")
@@ -336,6 +329,8 @@ class PrecisionTimeCallback(Callback):
         _print(trainer, self.summary)
         if self.advise is True or self.advise and self._advice_cost_s() < 0.01 * actual:
             measured = forecaster.batches.mean_s()
+            if self.prediction is None or not predicts_the_run_device(trainer, self.prediction.device):
+                measured = None  # another device's speed says nothing of the one predicted for
             self._advise(trainer, pl_module, actual, measured * trainer.accumulate_grad_batches if measured else None)
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:

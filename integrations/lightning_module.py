@@ -20,8 +20,8 @@ from ptp_callback.devices import DeviceSpec
 from ptp_callback.precision import PRECISIONS, PrecisionSpec
 from ptp_callback.trace_cache import code_key
 
-__all__ = ["batch_hooks", "communication", "has_validation", "precision_spec", "quiet_logging", "step_code_key",
-           "training_step", "validation_step"]
+__all__ = ["batch_hooks", "communication", "has_validation", "precision_spec", "predicts_the_run_device",
+           "quiet_logging", "step_code_key", "training_step", "validation_step"]
 
 
 def precision_spec(trainer: Trainer) -> PrecisionSpec | None:
@@ -30,6 +30,20 @@ def precision_spec(trainer: Trainer) -> PrecisionSpec | None:
         return None
     spec = PrecisionSpec.from_setting(name)
     return spec.with_tf32(False, False) if trainer.strategy.root_device.type == "cpu" else spec  # TF32: a GPU matter
+
+
+def predicts_the_run_device(trainer: Trainer, device: DeviceSpec) -> bool:
+    """Whether the device predicted for is the one the trainer runs on (so that measured times
+    can correct its predictions)."""
+    run = trainer.strategy.root_device
+    if run.type == "cpu" or device.arch == "cpu":
+        return run.type == "cpu" and device.arch == "cpu"
+    try:
+        from ptp_callback.devices import get_device
+
+        return get_device(torch.cuda.get_device_name(run)).key == device.key
+    except Exception:  # noqa: BLE001 - a GPU the table does not know is not the one predicted for
+        return False
 
 
 def training_step(module: LightningModule, batch: Any) -> Any:

@@ -22,6 +22,7 @@ from .host_costs import CPU_HOST, H100_HOST, HostCosts, probe_host
 from .precision import PrecisionSpec
 from .predict import StepPrediction, simulate
 from .run_plan import LoaderFacts, RunPlan, StepCosts, plan_run
+from .schedule import FitSchedule
 from .step import resolve_device
 from .trace_cache import cached_trace_step
 from .tracer import OptimizerArg, StepFn, Trace
@@ -117,3 +118,46 @@ def predict_run(
                     sanity_calibrates=not on_gpu)
     return RunPrediction(trace, step, val_step, plan, spec, coef, host, checkpoint_bytes, 0.0 if cached else trace_s,
                          cached, list(trace.notes))
+
+
+def advice_cost_s(prediction: RunPrediction) -> float:
+    """Seconds the precision advice costs: a trace and a prediction per candidate precision."""
+    return 6 * (prediction.trace_s + 0.05)
+
+
+def precision_advice(
+    prediction: RunPrediction,
+    model: torch.nn.Module,
+    batch: Any,
+    step_fn: StepFn | None,
+    optimizer: OptimizerArg,
+    *,
+    current: PrecisionSpec,
+    schedule: FitSchedule,
+    fit_s: float | None,
+    measured_step_s: float | None = None,
+    corrections: dict[str, float] | None = None,
+) -> str | None:
+    """One line of advice: which precision is predicted to make this run shortest, and by how much.
+
+    Only the steps' compute changes with the precision: the rest of the run (loader waits, saves,
+    validation's loaders, the loop's own work) is kept as it is. When no other precision is
+    predicted noticeably faster, the line says that the current one is the one to keep.
+    """
+    from .advisor import advice, compare_precisions
+
+    options = compare_precisions(model, batch, step_fn, optimizer, current=current, device=prediction.device,
+                                 corrections=corrections, measured_step_s=measured_step_s)
+    work = schedule.remaining(schedule.start_batch)
+    optimizer_s = prediction.step.breakdown["phase"].get("optimizer", 0.0)
+    compute = (work.train_batches or 0) * (prediction.step.step_s - optimizer_s) + \
+        (work.optimizer_steps or 0) * optimizer_s
+    text = advice(options, current.label, fit_s, fixed_s=max(0.0, (fit_s or 0.0) - compute))
+    if text is not None:
+        return text
+    here = next((o.step_s for o in options if o.precision == current.label), None)
+    others = [f"{o.precision} {o.step_s / here:.2f}x" for o in options if here and o.precision != current.label]
+    if not others:
+        return f"keep {current.label}: no other precision has a fast path predicted on {prediction.device.name}"
+    return (f"keep {current.label}: no mixed precision or TF32 is predicted to cut this run by 10% on "
+            f"{prediction.device.name} (step time relative to {current.label}: {', '.join(others)})")
