@@ -1,0 +1,762 @@
+"""``ptp.track``: the whole run's ETA for a training loop you write yourself (plain PyTorch or Accelerate).
+
+>>> tracker = ptp.track(model, optimizer, train_loader, step_fn, epochs=3)     # doctest: +SKIP
+>>> for epoch in range(3):                                                     # doctest: +SKIP
+...     for batch in tracker.iterate(train_loader):
+...         loss = step_fn(model, batch); loss.backward(); optimizer.step(); optimizer.zero_grad()
+...     with tracker.phase("eval"):
+...         evaluate(model)
+>>> tracker.close()                                                            # doctest: +SKIP
+
+``track`` predicts the run before its first step (one training step of the real model traced under
+the run's precision, the host's costs, the evaluations and saves it is told of) and returns a
+:class:`RunTracker`, which turns the loop's events into :class:`~ptp_callback.forecast.RunForecaster`
+events -- the forecaster does all the arithmetic -- and shows the result:
+
+========================== =========================================================================
+shown                      meaning
+========================== =========================================================================
+tqdm bar ``eta=``          remaining time of the whole run and its precision (local main process)
+line at the first batch    the run predicted before step one, part by part
+line at ``close()``        each part's prediction beside what it measured
+``tracker.postfix()``      ``{"eta": "04:12 bf16-mixed"}`` for your own bar's ``set_postfix``
+``tracker.remaining_s()``  remaining seconds (``None`` while unknown)
+========================== =========================================================================
+
+Feeding it: ``tracker.iterate(loader)`` times every (micro-)batch, the data wait and each epoch's
+start; where the loop pulls its batches itself, call ``tracker.step()`` after each optimizer step
+instead (the tracker then counts optimizer steps). ``with tracker.phase("eval")`` and
+``with tracker.phase("save")`` time evaluations and checkpoint saves; tell ``track`` how often they
+happen (``eval_every``, ``save_every``) so that the ETA counts the ones still to come.
+
+Limits: the length comes from ``epochs`` x ``len(train_loader)`` or ``max_steps`` (a loop that stops
+early -- early stopping, a time budget -- ends sooner than the ETA says). A run resumed from a
+checkpoint continues right after the batch it saved at, as Accelerate's ``skip_first_batches``
+does. It never breaks the loop: a failure inside becomes one :class:`~ptp_callback.notices.PtpWarning`
+and measured timing alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from .cadence import Every, positions_every, with_evaluations
+from .devices import DeviceSpec
+from .display import format_clock
+from .forecast import RunForecaster
+from .notices import PrecisionAdvice, PtpWarning, warn
+from .precision import PrecisionSpec
+from .report import plan_line, report_line
+from .run_plan import LoaderFacts
+from .run_prediction import CheckpointFacts, RunPrediction, predict_run
+from .schedule import FitSchedule, FitStart, build_schedule, steps_at
+from .tracer import StepFn
+
+__all__ = ["LoopShape", "RunTracker", "TraceInputs", "track"]
+
+_SYNC_EVERY = 100  # batches between device syncs that keep measured intervals honest (see _batch_ended)
+_BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
+
+
+@dataclass(frozen=True)
+class LoopShape:
+    """A hand-written loop's length and cadences, in the numbers its author knows.
+
+    ``batches_per_epoch``: ``len(train_loader)`` (micro-batches, on this process); ``accumulate``:
+    micro-batches per optimizer step (the last step of an epoch takes what is left, as Accelerate
+    does); ``epochs`` / ``max_steps``: whichever ends the run first; ``eval_every`` / ``save_every``:
+    every ``n`` optimizer steps, ``"epoch"`` or ``None``; ``eval_batches``: batches per evaluation.
+    """
+
+    batches_per_epoch: int | None
+    accumulate: int = 1
+    epochs: int | None = None
+    max_steps: int | None = None
+    eval_every: Every = None
+    eval_batches: int | None = None
+    save_every: Every = None
+
+    def schedule(self, start: FitStart = FitStart(), unit: str = "batch") -> tuple[FitSchedule, tuple[int, ...]]:
+        """The run's schedule and save positions, counted in micro-batches or in optimizer steps."""
+        per_epoch, accumulate = self.batches_per_epoch, self.accumulate
+        if unit == "step":
+            per_epoch = None if per_epoch is None else math.ceil(per_epoch / accumulate)
+            accumulate = 1
+        base = build_schedule(batches_per_epoch=per_epoch, accumulate=accumulate, max_epochs=self.epochs,
+                              max_steps=self.max_steps, val_check_batch=None, check_val_every_n_epoch=1,
+                              val_batches_per_run=0, start=start)
+        schedule = with_evaluations(base, positions_every(base, self.eval_every), self.eval_batches)
+        return schedule, positions_every(schedule, self.save_every)
+
+
+@dataclass(frozen=True)
+class TraceInputs:
+    """What the step is traced from: the model, an example batch, the step, the optimizer, the
+    precision, the device predicted for and the one the loop runs on. ``context`` is entered around
+    every trace (Accelerate: the model's forward without its own autocast wrapper)."""
+
+    model: torch.nn.Module
+    batch: Any
+    step_fn: StepFn | None
+    optimizer: Any
+    precision: PrecisionSpec
+    device: str | torch.device | DeviceSpec
+    run_device: torch.device
+    val_batch: Any = None
+    val_step_fn: StepFn | None = None
+    context: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
+
+
+class RunTracker:
+    """Turns a training loop's events into forecaster events and shows the run's ETA.
+
+    Built by :func:`track` (plain and Accelerate loops) and by the HF ``Trainer`` callback; see the
+    module doc for what it shows. The forecaster is ``self.forecaster``: an adapter whose loop has
+    hooks of its own feeds it directly and calls :meth:`refresh`.
+    """
+
+    def __init__(self, schedule: FitSchedule, *, saves: tuple[int, ...] = (), precision_label: str = "",
+                 shape: LoopShape | None = None, advise: bool | str = "auto", bar: bool = True, verbose: bool = True,
+                 main_process: bool = True, advice_as_warning: bool = False, warmup_batches: int = 3,
+                 refresh_s: float = 1.0, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.shape, self.advise, self.precision_label = shape, advise, precision_label
+        self.show_bar, self.verbose, self.main_process = bar, verbose, main_process
+        self.advice_as_warning, self.warmup_batches = advice_as_warning, warmup_batches
+        self.refresh_s, self.clock = refresh_s, clock
+        self.unit = "batch"
+        self.forecaster = RunForecaster(schedule, saves=saves, warmup_batches=warmup_batches)
+        self.prediction: RunPrediction | None = None
+        self.inputs: TraceInputs | None = None
+        self.device_note: str | None = None
+        self.eta_text = self.plan_text = self.summary = ""
+        self.advice_text: str | None = None
+        self.active = True
+        self.closed = False
+        self._early: list[tuple[str, float]] = []  # events before the first batch, replayed on a rebuild
+        self._started = False  # training has started (first iterate / step)
+        self._iterated = False
+        self._batch_open = False
+        self._in_epoch: int | None = None  # batches of the epoch iterate() is in (None: between epochs)
+        self._epochs_done = 0
+        self._phase: str | None = None
+        self._last_refresh = -math.inf
+        self._warned: set[str] = set()
+        self._bar: Any = None
+        self._sync_device: torch.device | None = None
+
+    # ------------------------------------------------------------------ failures never break a loop
+    def _fail(self, what: str, exc: BaseException) -> None:
+        """Stop feeding the forecaster after an internal failure: one warning, the loop goes on."""
+        self.active = False
+        self._warn(what, f"{what} failed ({type(exc).__name__}: {exc}); the ETA is off for the rest of the run")
+
+    def _warn(self, key: str, message: str, category: type[Warning] = PtpWarning) -> None:
+        if key not in self._warned and self.main_process:
+            self._warned.add(key)
+            warn(message, category)
+
+    def _write(self, line: str) -> None:
+        if self.verbose and self.main_process:
+            from tqdm import tqdm
+
+            tqdm.write(f"ptp: {line}", file=sys.stderr)
+
+    # ------------------------------------------------------------------------------- prediction
+    def start(self, t: float | None = None) -> None:
+        """The run starts now (before the prediction: its cost is the tracker's own work)."""
+        t = self.clock() if t is None else t
+        self.forecaster.fit_start(t)
+        self._early.append(("fit_start", t))
+
+    def predict(self, inputs: TraceInputs, *, train_loader: LoaderFacts = LoaderFacts(),
+                val_loader: LoaderFacts = LoaderFacts(), checkpoint: CheckpointFacts | None = None,
+                world_size: int = 1, extra_key: str = "") -> None:
+        """Predict the run before step one (on failure: one warning, measured timing only)."""
+        self.inputs = inputs
+        started = self.clock()
+        try:
+            with inputs.context():
+                self.prediction = predict_run(
+                    inputs.model, inputs.batch, inputs.step_fn, inputs.optimizer, inputs.precision, inputs.device,
+                    run_device=inputs.run_device, val_batch=inputs.val_batch,
+                    val_step_fn=inputs.val_step_fn or inputs.step_fn, train_loader=train_loader,
+                    val_loader=val_loader, checkpoint=checkpoint,
+                    communication=data_parallel_communication(inputs.model, world_size), extra_key=extra_key)
+        except Exception as exc:  # noqa: BLE001 - a model that cannot be traced still trains
+            self._warn("predict", f"could not predict the run ({type(exc).__name__}: {exc}); "
+                                  "the ETA uses measured batches only")
+        seconds = self.clock() - started
+        self.forecaster.own_work(seconds)
+        self._early.append(("own_work", seconds))
+        if inputs.run_device.type == "cuda":
+            self._sync_device = inputs.run_device
+        if self.prediction is not None:
+            self.forecaster.set_plan(self.prediction.plan, self.clock())
+            if self.advise and self._advice_cost_s() < 0.005 * (self.forecaster.predicted_total_s or 0.0):
+                self._advise(self.forecaster.predicted_total_s)
+
+    def _device_name(self) -> str:
+        return self.prediction.device.name if self.prediction is not None else "?"
+
+    # ------------------------------------------------------------------------- precision advice
+    def _advice_cost_s(self) -> float:
+        """Seconds the advice costs: a trace and a prediction per candidate precision."""
+        return 6 * (self.prediction.trace_s + 0.05) if self.prediction is not None else math.inf
+
+    def _advise(self, fit_s: float | None, measured_step_s: float | None = None) -> None:
+        prediction, inputs = self.prediction, self.inputs
+        if not self.advise or prediction is None or inputs is None or not self.main_process:
+            return
+        self.advise = False  # once per run
+        from .advisor import advice, compare_precisions
+
+        started = self.clock()
+        try:
+            with inputs.context():
+                options = compare_precisions(inputs.model, inputs.batch, inputs.step_fn, inputs.optimizer,
+                                             current=inputs.precision, device=prediction.device,
+                                             measured_step_s=measured_step_s)
+            schedule = self.forecaster.schedule
+            work = schedule.remaining(schedule.start_batch)
+            optimizer_s = prediction.step.breakdown["phase"].get("optimizer", 0.0)
+            compute = (work.train_batches or 0) * (prediction.step.step_s - optimizer_s) + \
+                (work.optimizer_steps or 0) * optimizer_s  # the part a precision changes
+            text = advice(options, self.precision_label, fit_s, fixed_s=max(0.0, (fit_s or 0.0) - compute))
+        except Exception as exc:  # noqa: BLE001
+            self._warn("advice", f"precision advice failed ({type(exc).__name__}: {exc})")
+            text = None
+        if not self.closed:
+            self.forecaster.own_work(self.clock() - started)
+        if text:
+            self.advice_text = text
+            if self.advice_as_warning:
+                self._warn("advice-text", text, PrecisionAdvice)
+            else:
+                self._write(text)
+
+    # ---------------------------------------------------------------------------------- the loop
+    def begin_training(self) -> None:
+        """The first batch is about to come: training starts, the plan is shown, the bar opens."""
+        self._started = True
+        now = self.clock()
+        self.forecaster.train_start(now)
+        forecaster = self.forecaster
+        if self.device_note:
+            self._write(self.device_note)
+        if self.prediction is not None:
+            self.plan_text = plan_line(forecaster.initial_parts, forecaster.predicted_total_s, self.precision_label,
+                                       self._device_name())
+            self._write(self.plan_text)
+        if self.show_bar and self.main_process:
+            from tqdm import tqdm
+
+            schedule = forecaster.schedule
+            self._bar = tqdm(total=schedule.total_batches, initial=schedule.start_batch,
+                             desc="train" if self.unit == "batch" else "train steps", bar_format=_BAR_FORMAT,
+                             dynamic_ncols=True, file=sys.stderr)
+        self.refresh(now, force=True)
+
+    def iterate(self, loader: Iterable[Any]) -> Iterator[Any]:
+        """Yield ``loader``'s batches, timing each one, the wait for it and the epoch's start.
+
+        One call is one epoch. Leaving the loop early (``break``) ends the epoch there.
+        """
+        if not self.active or self.closed:
+            yield from loader
+            return
+        clock = self.clock
+        try:
+            self._iterated = True
+            if not self._started:
+                self.begin_training()
+            self.forecaster.epoch_start(clock())
+            self._in_epoch = 0
+        except Exception as exc:  # noqa: BLE001
+            self._fail("timing the epoch", exc)
+        for batch in loader:
+            if self.active:
+                try:
+                    self.forecaster.batch_start(clock())
+                    self._batch_open = True
+                except Exception as exc:  # noqa: BLE001
+                    self._fail("timing a batch", exc)
+            try:
+                yield batch
+            except GeneratorExit:  # the loop left early: this batch and the epoch end here
+                self._end_epoch()
+                raise
+            if self._batch_open and self.active:
+                self._batch_ended()
+        self._end_epoch()
+
+    def _batch_ended(self) -> None:
+        try:
+            forecaster = self.forecaster
+            if self._sync_device is not None and forecaster.batches.seen % _SYNC_EVERY == self.warmup_batches:
+                # Kernels run behind the host: without a sync now and then, measured intervals would
+                # time the host filling the launch queue. One every _SYNC_EVERY batches costs little.
+                torch.cuda.synchronize(self._sync_device)
+            now = self.clock()
+            forecaster.batch_end(now)
+            self._batch_open = False
+            if self._in_epoch is not None:
+                self._in_epoch += 1
+            if self._bar is not None:
+                self._bar.update(1)
+            if now - self._last_refresh >= self.refresh_s:
+                self.refresh(now)
+        except Exception as exc:  # noqa: BLE001
+            self._fail("timing a batch", exc)
+
+    def _end_epoch(self) -> None:
+        if not self.active or self._in_epoch is None:
+            return
+        if self._batch_open:
+            self._batch_ended()
+        try:
+            self.forecaster.epoch_end(self.clock())
+            self._epochs_done += 1
+            self._in_epoch = None
+        except Exception as exc:  # noqa: BLE001
+            self._fail("timing the epoch", exc)
+
+    def step(self) -> None:
+        """One optimizer step is done (call it where the loop steps, e.g. under
+        ``accelerator.sync_gradients``). Not needed with :meth:`iterate`, which counts batches."""
+        if not self.active or self.closed or self._iterated:
+            return
+        try:
+            if self.unit != "step":
+                self._use_step_units()
+            if not self._started:
+                self.begin_training()
+            forecaster = self.forecaster
+            now = self.clock()
+            if forecaster.batches.seen == 0 and not self._batch_open:
+                forecaster.batch_start(now)  # the first step began at the latest when training started
+            forecaster.batch_end(now)
+            self._batch_open = self._more_to_come()
+            if self._batch_open:
+                forecaster.batch_start(now)  # the next step starts now: its whole time is training
+            if self._bar is not None:
+                self._bar.update(1)
+            if now - self._last_refresh >= self.refresh_s:
+                self.refresh(now)
+        except Exception as exc:  # noqa: BLE001
+            self._fail("timing a step", exc)
+
+    def _more_to_come(self) -> bool:
+        total = self.forecaster.schedule.total_batches
+        return total is None or self.forecaster.position < total
+
+    @contextlib.contextmanager
+    def phase(self, kind: str) -> Iterator[None]:
+        """Time an evaluation (``"eval"``) or a checkpoint save (``"save"``) of the loop."""
+        if kind not in ("eval", "save"):
+            raise ValueError(f"tracker.phase({kind!r}): expected 'eval' or 'save'")
+        if not self.active or self.closed or self._phase is not None:
+            yield  # nested phases are timed as the outer one
+            return
+        self._phase = kind
+        try:
+            self._phase_start(kind, self.clock())
+        except Exception as exc:  # noqa: BLE001
+            self._fail(f"timing the {kind} phase", exc)
+        try:
+            yield
+        finally:
+            self._phase = None
+            if self.active:
+                try:
+                    now = self.clock()
+                    (self.forecaster.val_end if kind == "eval" else self.forecaster.save_end)(now)
+                    if self.unit == "step" and self._started and self._more_to_come():
+                        self.forecaster.batch_start(now)  # the next step starts after the phase
+                    self.refresh(now, force=True)
+                except Exception as exc:  # noqa: BLE001
+                    self._fail(f"timing the {kind} phase", exc)
+
+    def _phase_start(self, kind: str, now: float) -> None:
+        if self._batch_open and self.unit == "batch":
+            self._batch_ended()  # an evaluation or save inside the loop's body follows its batch
+        schedule, forecaster = self.forecaster.schedule, self.forecaster
+        if kind == "eval":
+            if not schedule.val_after_batches:
+                self._warn("eval-unannounced", "an evaluation ran that the tracker was not told of; the ETA "
+                                               "counts no later ones: pass eval_every= (steps or 'epoch')")
+            forecaster.val_start(now)
+        else:
+            if not forecaster.saves:
+                self._warn("save-unannounced", "a checkpoint save ran that the tracker was not told of; the ETA "
+                                               "counts no later ones: pass save_every= (steps or 'epoch')")
+            forecaster.save_start(now)
+
+    def save_started(self) -> None:
+        """A checkpoint save has begun (the next event ends it); for hooks without an end."""
+        if self.active and not self.closed and self._phase is None:
+            try:
+                self._phase_start("save", self.clock())
+            except Exception as exc:  # noqa: BLE001
+                self._fail("timing a save", exc)
+
+    # ---------------------------------------------------------------------------------- the ETA
+    def refresh(self, now: float | None = None, *, force: bool = False) -> None:
+        """Recompute the ETA text (at most every ``refresh_s``) and show it in the bar."""
+        now = self.clock() if now is None else now
+        if not force and now - self._last_refresh < self.refresh_s:
+            return
+        self._last_refresh = now
+        remaining = self.forecaster.remaining_s(now)
+        self.eta_text = f"{format_clock(remaining)} {self.precision_label}".strip() if remaining is not None else ""
+        if self._bar is not None and self.eta_text:
+            self._bar.set_postfix_str(f"eta={self.eta_text}", refresh=False)
+
+    def remaining_s(self) -> float | None:
+        """Seconds left in the run now (``None`` while unknown)."""
+        return self.forecaster.remaining_s(self.clock()) if self.active else None
+
+    def postfix(self) -> dict[str, str]:
+        """The ETA for your own tqdm bar: ``bar.set_postfix(loss=..., **tracker.postfix())``.
+
+        ``{"eta": "04:12 bf16-mixed"}`` (refreshed at most every ``refresh_s``); ``{}`` while unknown.
+        """
+        if self.active and not self.closed:
+            self.refresh()
+        return {"eta": self.eta_text} if self.eta_text else {}
+
+    # ----------------------------------------------------------------------------------- the end
+    def close(self) -> None:
+        """The run is over: print each part's prediction beside what it measured (and the advice)."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+        if not self.active:
+            return
+        try:
+            if self._in_epoch is not None:
+                self._end_epoch()
+            forecaster = self.forecaster
+            now = self.clock()
+            forecaster.train_end(now)
+            forecaster.fit_end(now)
+            actual = forecaster.elapsed_s(now)  # a resumed run's earlier time included, as in its predictions
+            self.summary = report_line(forecaster.initial_parts, forecaster.parts(now), actual,
+                                       forecaster.before_step_one_s if self.prediction is not None else None)
+            self._write(self.summary)
+            if self.advise is True or self.advise and self._advice_cost_s() < 0.01 * actual:
+                measured = forecaster.batches.mean_s()
+                per_step = measured * (self.shape.accumulate if self.shape and self.unit == "batch" else 1) \
+                    if measured else None
+                self._advise(actual, per_step)
+        except Exception as exc:  # noqa: BLE001
+            self._fail("the end-of-run report", exc)
+
+    def __enter__(self) -> RunTracker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------------------------ resume
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run starts from: the measured unit costs, the time spent and where the loop is."""
+        forecaster = self.forecaster
+        running = 1 if self._batch_open and self.unit == "batch" else 0  # saved in its body: it will be done
+        return {"forecaster": forecaster.state_dict(self.clock()), "position": forecaster.position + running,
+                "epochs_done": self._epochs_done, "batch_in_epoch": (self._in_epoch or 0) + running, "unit": self.unit}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a saved run: its measurements, and -- before the first batch -- its position."""
+        try:
+            if self.shape is not None and not self._started and "position" in state:
+                start = self._resume_start(state)
+                self._rebuild(start, str(state.get("unit", self.unit)))
+            forecaster = self.forecaster
+            forecaster.load_state_dict(state.get("forecaster", {}))
+            if not self._started and forecaster.plan is not None:
+                forecaster.set_plan(forecaster.plan, self.clock())  # the plan shown: what is left, as measured
+        except Exception as exc:  # noqa: BLE001
+            self._fail("restoring the tracker", exc)
+
+    def _resume_start(self, state: dict[str, Any]) -> FitStart:
+        assert self.shape is not None
+        unit = str(state.get("unit", self.unit))
+        per_epoch = self.shape.batches_per_epoch
+        accumulate = self.shape.accumulate
+        if unit == "step" and per_epoch is not None:
+            per_epoch, accumulate = math.ceil(per_epoch / accumulate), 1
+        position, epoch, in_epoch = int(state["position"]), int(state["epochs_done"]), int(state["batch_in_epoch"])
+        if per_epoch is not None and in_epoch >= per_epoch:
+            epoch, in_epoch = epoch + 1, 0
+        step = steps_at(position, batches_per_epoch=per_epoch, accumulate=accumulate)
+        return FitStart(position=position, step=step, epoch=epoch, epochs_counted=epoch, batch_in_epoch=in_epoch)
+
+    def _use_step_units(self) -> None:
+        """``step()`` feeds optimizer steps: count the run in them."""
+        self._rebuild(self.forecaster.schedule.start if self.shape is None else FitStart(), "step")
+
+    def _rebuild(self, start: FitStart, unit: str) -> None:
+        """A new forecaster for another start or unit, fed again the events seen so far."""
+        if self.shape is None:
+            self.unit = unit
+            return
+        schedule, saves = self.shape.schedule(start, unit)
+        old = self.forecaster
+        forecaster = RunForecaster(schedule, saves=saves, warmup_batches=self.warmup_batches)
+        for name, value in self._early:
+            getattr(forecaster, name)(value)
+        plan = old.plan
+        if plan is not None and unit == "step" and self.unit == "batch":
+            plan = replace(plan, train_batch_s=plan.train_batch_s * self.shape.accumulate)  # a step's micro-batches
+        self.forecaster, self.unit = forecaster, unit
+        if plan is not None:
+            forecaster.set_plan(plan, self.clock())
+
+
+# ------------------------------------------------------------------------------------------ track
+def track(
+    model: torch.nn.Module,
+    optimizer: Any = None,
+    train_loader: Any = None,
+    step_fn: StepFn | None = None,
+    *,
+    epochs: int | None = None,
+    max_steps: int | None = None,
+    accelerator: Any = None,
+    precision: str | PrecisionSpec | None = None,
+    accumulate: int | None = None,
+    eval_loader: Any = None,
+    eval_every: Every = None,
+    save_every: Every = None,
+    checkpoint_dir: str | None = None,
+    device: str | DeviceSpec | None = None,
+    advise: bool | str = "auto",
+    bar: bool = True,
+    verbose: bool = True,
+    warmup_batches: int = 3,
+    refresh_s: float = 1.0,
+    clock: Callable[[], float] = time.perf_counter,
+) -> RunTracker:
+    """Predict a hand-written training run before its first step; return the tracker that times it.
+
+    Args:
+        model: the model being trained (wrapped by DDP or Accelerate is fine).
+        optimizer: its optimizer (class and hyperparameters are traced), a factory ``params ->
+            optimizer``, or ``None`` for AdamW defaults.
+        train_loader: the training DataLoader (its length sets the epoch; one batch is built, from the
+            dataset, without touching your iterator or random state).
+        step_fn: ``step_fn(model, batch) -> loss`` (default: ``model(*batch)`` or ``model(**batch)``
+            and its ``.loss``).
+        epochs, max_steps: the run's length (``max_steps`` counts optimizer steps); one is needed.
+        accelerator: an ``accelerate.Accelerator``: its ``mixed_precision``, gradient accumulation,
+            processes and device are read, the bar shows on the local main process only, and the
+            tracker registers for ``save_state`` / ``load_state`` (its calibration is restored).
+        precision: what the loop runs at when there is no accelerator: ``"32-true"`` (default),
+            ``"bf16-mixed"`` (a ``torch.autocast`` loop), ``"16-mixed"`` (autocast + GradScaler),
+            ``"bf16-true"``, ...
+        accumulate: micro-batches per optimizer step (default 1, or the accelerator's).
+        eval_loader: the evaluation DataLoader (its length and one batch predict an evaluation).
+        eval_every, save_every: how often the loop evaluates / saves: every ``n`` optimizer steps or
+            ``"epoch"``; ``eval_every`` defaults to ``"epoch"`` when an ``eval_loader`` is given.
+        checkpoint_dir: where saves go (their write rate is probed; default: the current directory).
+        device: predict for this GPU (``"h100"``, ``"a100-sxm-80gb"``) instead of the one the model
+            is on; the ETA still follows the real run.
+        advise: predict the other precisions and say when one would be faster; ``"auto"`` only when
+            that costs under 1% of the run.
+        bar: show a tqdm bar with the whole run's ETA (the local main process only).
+        verbose: print the plan at the first batch and the report at ``close()``.
+    """
+    _check_arguments(model, optimizer, epochs, max_steps, advise, eval_every, save_every)
+    settings = _LoopSettings.read(model, accelerator, precision, accumulate, device)
+    loader_len = _length(train_loader)
+    if loader_len is None and max_steps is None:
+        raise ValueError("ptp.track(...): the run's length is unknown: the train_loader has no len(); "
+                         "pass max_steps=...")
+    if eval_every is None and eval_loader is not None:
+        eval_every = "epoch"
+    shape = LoopShape(batches_per_epoch=loader_len, accumulate=settings.accumulate,
+                      epochs=epochs if loader_len is not None else None, max_steps=max_steps,
+                      eval_every=eval_every, eval_batches=_length(eval_loader), save_every=save_every)
+    schedule, saves = shape.schedule()
+    tracker = RunTracker(schedule, saves=saves, precision_label=settings.label, shape=shape,
+                         advise=advise, bar=bar, verbose=verbose, main_process=settings.main_process,
+                         warmup_batches=warmup_batches, refresh_s=refresh_s, clock=clock)
+    tracker.device_note = settings.device_note
+    tracker.start()
+    if accelerator is not None:
+        from .integrations.accelerate import register
+
+        register(accelerator, tracker)
+    if settings.precision is None:
+        tracker._warn("precision", f"{settings.label} training is not modelled; the ETA uses measured batches only")
+    elif settings.main_process and train_loader is not None:
+        _predict(tracker, settings, model, optimizer, train_loader, step_fn, eval_loader, checkpoint_dir,
+                 accelerator)
+    return tracker
+
+
+def _predict(tracker: RunTracker, settings: _LoopSettings, model: torch.nn.Module, optimizer: Any,
+             train_loader: Any, step_fn: StepFn | None, eval_loader: Any, checkpoint_dir: str | None,
+             accelerator: Any) -> None:
+    from .loaders import example_batch, loader_facts
+
+    context: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
+    if accelerator is not None:
+        from .integrations import accelerate as acc
+
+        model, optimizer, context = acc.unwrap_model(accelerator, model), acc.unwrap_optimizer(optimizer), \
+            acc.forward_without_autocast(acc.unwrap_model(accelerator, model))
+        train_view = acc.loader_view(train_loader, accelerator)
+        eval_view = acc.loader_view(eval_loader, accelerator) if eval_loader is not None else None
+    else:
+        model = getattr(model, "module", model) if isinstance(model, torch.nn.parallel.DistributedDataParallel) \
+            else model
+        train_view, eval_view = train_loader, eval_loader
+    try:
+        batch, load_s = example_batch(train_view)
+        val_batch, val_facts = None, LoaderFacts()
+        if eval_view is not None:
+            val_batch, val_load_s = example_batch(eval_view)
+            val_facts = loader_facts(eval_loader, val_batch, val_load_s)
+    except Exception as exc:  # noqa: BLE001 - a loader we cannot read still trains
+        tracker._warn("predict", f"could not build an example batch ({type(exc).__name__}: {exc}); "
+                                 "the ETA uses measured batches only")
+        return
+    assert settings.precision is not None
+    inputs = TraceInputs(model, batch, step_fn, optimizer, settings.precision, settings.device, settings.run_device,
+                         val_batch=val_batch, context=context)
+    checkpoint = CheckpointFacts(directory=checkpoint_dir or os.getcwd()) if tracker.forecaster.saves else None
+    tracker.predict(inputs, train_loader=loader_facts(train_loader, batch, load_s), val_loader=val_facts,
+                    checkpoint=checkpoint, world_size=settings.world_size)
+
+
+@dataclass(frozen=True)
+class _LoopSettings:
+    """What a loop runs with: precision (``None``: not modelled), accumulation, processes, devices."""
+
+    precision: PrecisionSpec | None
+    label: str
+    accumulate: int
+    world_size: int
+    main_process: bool
+    run_device: torch.device
+    device: str | torch.device | DeviceSpec
+    device_note: str | None
+
+    @classmethod
+    def read(cls, model: torch.nn.Module, accelerator: Any, precision: str | PrecisionSpec | None,
+             accumulate: int | None, device: str | DeviceSpec | None) -> _LoopSettings:
+        if accumulate is not None and (isinstance(accumulate, bool) or not isinstance(accumulate, int)
+                                       or accumulate < 1):
+            _bad(f"accumulate={accumulate!r}: expected an integer >= 1")
+        spec: PrecisionSpec | None
+        if accelerator is not None:
+            from .integrations.accelerate import read_accelerator
+
+            spec, label, accumulate, world, main, run_device = read_accelerator(accelerator, precision, accumulate)
+        else:
+            spec = _precision(precision or "32-true")
+            label, run_device = spec.label, _model_device(model)
+            world, main = _distributed()
+        if spec is not None and run_device.type != "cuda":
+            spec = spec.with_tf32(False, False)  # TF32 is a GPU matter
+            label = spec.label
+        note = None
+        target: str | torch.device | DeviceSpec
+        if device is None:
+            target = run_device if run_device.type == "cuda" else "cpu"
+        elif isinstance(device, DeviceSpec):
+            target = device
+        elif str(device).split(":")[0] in ("cpu", "cuda"):
+            target = torch.device(device)
+        else:
+            from .device_names import resolve_device_name
+
+            target, note = resolve_device_name(str(device))
+        return cls(spec, label, int(accumulate or 1), world, main, run_device, target, note)
+
+
+# --------------------------------------------------------------------------------------- helpers
+def data_parallel_communication(model: torch.nn.Module, world_size: int) -> Callable[[Any, DeviceSpec], float]:
+    """Seconds DDP's gradient all-reduce adds to an optimizer step on ``world_size`` GPUs
+    (what outlasts the backward; nothing on a CPU, whose gloo all-reduce is measured instead)."""
+    from .comm import ddp_exposed_seconds
+
+    grad_bytes = sum(p.numel() * (4 if p.dtype == torch.float32 else p.element_size())
+                     for p in model.parameters() if p.requires_grad)
+
+    def seconds(step: Any, device: DeviceSpec) -> float:
+        link = getattr(device, "interconnect_gbs", None)
+        if world_size <= 1 or not link or device.arch == "cpu":
+            return 0.0
+        return ddp_exposed_seconds(grad_bytes, step.breakdown["phase"]["backward"], world_size=world_size,
+                                   link_gbs=link)
+
+    return seconds
+
+
+def _bad(message: str) -> Any:
+    raise ValueError(f"ptp.track(...): {message}")
+
+
+def _check_arguments(model: Any, optimizer: Any, epochs: Any, max_steps: Any, advise: Any, eval_every: Every,
+                     save_every: Every) -> None:
+    from .arguments import check_model, check_optimizer
+
+    check_model(model, "ptp.track(model=...)")
+    check_optimizer(optimizer, "ptp.track(optimizer=...)")
+    for name, value in (("epochs", epochs), ("max_steps", max_steps)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            _bad(f"{name}={value!r}: expected an integer >= 1")
+    if epochs is None and max_steps is None:
+        _bad("pass epochs=... or max_steps=... (the run's length)")
+    if advise not in (True, False, "auto"):
+        _bad(f"advise={advise!r}: expected True, False or 'auto'")
+    for name, every in (("eval_every", eval_every), ("save_every", save_every)):
+        if every is not None and every != "epoch" and (isinstance(every, bool) or not isinstance(every, int)
+                                                       or every < 1):
+            _bad(f"{name}={every!r}: expected a number of optimizer steps (>= 1), 'epoch' or None")
+
+
+def _precision(precision: str | PrecisionSpec) -> PrecisionSpec:
+    if isinstance(precision, PrecisionSpec):
+        return precision
+    try:
+        return PrecisionSpec.from_setting(precision)
+    except ValueError as exc:
+        raise ValueError(f"ptp.track(precision={precision!r}): {str(exc).split('; ', 1)[-1]}") from None
+
+
+def _length(loader: Any) -> int | None:
+    if loader is None:
+        return None
+    try:
+        return len(loader)
+    except TypeError:
+        return None
+
+
+def _model_device(model: torch.nn.Module) -> torch.device:
+    for tensor in model.parameters():
+        return tensor.device
+    return torch.device("cpu")
+
+
+def _distributed() -> tuple[int, bool]:
+    """World size and whether this is the local main process (torchrun sets ``LOCAL_RANK``)."""
+    world = 1
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        world = torch.distributed.get_world_size()
+    return world, os.environ.get("LOCAL_RANK", "0") == "0"
