@@ -259,3 +259,21 @@ def test_state_dict_resumes_position_and_calibration():
     # 6 batches left at the measured 1 s, nothing measured in this run yet
     assert second.remaining_s() == pytest.approx(6.0)
     assert second.forecaster.elapsed_before_s == pytest.approx(14.0)
+
+
+def test_advice_as_a_warning():
+    from ptp_callback.notices import PrecisionAdvice
+    from ptp_callback.precision import PrecisionSpec
+    from ptp_callback.tracker import TraceInputs
+
+    with torch.device("meta"):  # a compute-bound step on an H100 (nothing is allocated)
+        model = nn.Sequential(nn.Linear(8192, 8192), nn.GELU(), nn.Linear(8192, 8192))
+    batch = (torch.empty(8192, 8192, device="meta"),)
+    clock = Clock()
+    tracker = virtual_tracker(clock, batches_per_epoch=100_000, epochs=1, eval_every=None, save_every=None)
+    tracker.advise, tracker.advice_as_warning, tracker.precision_label = "auto", True, "32-true"
+    with pytest.warns(PrecisionAdvice, match=r"ptp: 32-true -> (bf16|16)-mixed would cut this fit from "):
+        tracker.predict(TraceInputs(model, batch, lambda m, b: m(*b).float().pow(2).mean(), None,
+                                    PrecisionSpec.from_setting("32-true", matmul_tf32=False), "h100-sxm",
+                                    torch.device("cpu")))
+    assert tracker.advice_text and tracker.advise is False  # given at the start: cheap beside a long run
