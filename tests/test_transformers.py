@@ -42,34 +42,24 @@ def test_a_trainer_run_shows_the_eta_in_its_bar_and_logs_and_follows_its_schedul
     import hf_trainer
 
     seen = Seen()
-    # 256 samples / 16 = 16 micro-batches an epoch, accumulate 2: 8 steps an epoch, 2 epochs = 16 steps
-    trainer, callback = hf_trainer.main(str(tmp_path / "out"), samples=256, device="h100-sxm", advise=False,
-                                        callbacks=[seen], eval_steps=6, save_steps=8)
+    # 128 samples / 16 = 8 micro-batches an epoch, accumulate 2: 4 steps an epoch, 2 epochs = 8 steps
+    trainer, callback = hf_trainer.main(str(tmp_path / "out"), samples=128, device="h100-sxm", advise=False,
+                                        callbacks=[seen], eval_steps=3, save_steps=4, logging_steps=2)
     schedule = callback.tracker.forecaster.schedule
-    assert (schedule.total_batches, schedule.total_steps) == (32, 16)
-    # eval_steps=6: after steps 6 and 12 (positions 12, 24) and after the last step (32); save_steps=8: 16, 32
-    assert schedule.val_after_batches == (12, 24, 32) and callback.tracker.forecaster.saves == (16, 32)
+    assert (schedule.total_batches, schedule.total_steps) == (16, 8)
+    # eval_steps=3: after steps 3 and 6 (positions 6 and 8 + 4) and after the last step (16); save_steps=4: 8, 16
+    assert schedule.val_after_batches == (6, 12, 16) and callback.tracker.forecaster.saves == (8, 16)
     assert (seen.evaluations, seen.saves) == (3, 2)
     parts = callback.tracker.forecaster.parts(callback.clock())
-    assert (parts["train"].count, parts["val"].count, parts["save"].count, parts["epoch"].count) == (32, 3, 2, 2)
+    assert (parts["train"].count, parts["val"].count, parts["save"].count, parts["epoch"].count) == (16, 3, 2, 2)
     training_logs = [log for log in seen.logs if "loss" in log]
     assert training_logs and all(ETA.match(log["eta"]) for log in training_logs)
     assert isinstance(callback._bar_owner, ProgressCallback)  # the Trainer's own bar
+    assert callback.tracker.advice_as_warning  # PrecisionAdvice (test_tracker.py::test_advice_as_a_warning)
     err = capfd.readouterr().err
     assert re.search(r"eta=\d{2}:\d{2} 32-true\]", err)
-    assert "ptp: predicted fit " in err and "on NVIDIA H100 SXM5 80GB" in err and "(32 batches)" in err
+    assert "ptp: predicted fit " in err and "on NVIDIA H100 SXM5 80GB" in err and "(16 batches)" in err
     assert "ptp: fit took" in err and "checkpoints" in callback.tracker.summary
-
-
-def test_precision_advice_is_a_warning(tmp_path):
-    import hf_trainer
-
-    _, callback = hf_trainer.main(str(tmp_path / "out"), samples=64, epochs=1, device="h100-sxm", advise=True,
-                                  save_strategy="no", eval_strategy="no")
-    # This tiny model is host-bound on an H100: no precision is predicted 1.1x faster, so no advice. The
-    # warning itself is checked on a model where one is (test_tracker.py::test_advice_as_a_warning).
-    assert callback.tracker.advice_as_warning and callback.tracker.advise is False  # asked, once
-    assert callback.tracker.advice_text is None
 
 
 def test_resume_restores_the_calibration_and_starts_where_the_checkpoint_left(tmp_path):
