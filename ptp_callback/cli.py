@@ -54,7 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     length.add_argument("--steps", type=int, help="optimizer steps of the run")
     length.add_argument("--epochs", type=float, help="epochs of the run (with --samples)")
     predict.add_argument("--samples", type=int, help="training examples per epoch (with --epochs)")
-    predict.add_argument("--usd-per-gpu-hour", type=float, help="price of one GPU hour: adds each run's cost")
+    predict.add_argument("--usd-per-gpu-hour", nargs="+", metavar="PRICE",
+                         help="price of one GPU hour, for every device (2.5) or per device (h100=2.5 a100=1.3): "
+                              "adds each run's cost")
     predict.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     devices = commands.add_parser("devices", help="the known GPUs, their numbers and the source of each")
@@ -89,11 +91,24 @@ def render_plan(table: PlanTable) -> str:
     return "\n".join(out)
 
 
+def _prices(values: list[str] | None) -> float | dict[str, float] | None:
+    """``["2.5"]`` -> 2.5; ``["h100=2.5", "a100=1.3"]`` -> a price per device name."""
+    if not values:
+        return None
+    try:
+        if len(values) == 1 and "=" not in values[0]:
+            return float(values[0])
+        return {name: float(price) for name, price in (value.split("=", 1) for value in values)}
+    except ValueError:
+        raise ValueError(f"--usd-per-gpu-hour {' '.join(values)}: expected a price (2.5) or prices per device "
+                         "(h100=2.5 a100=1.3)") from None
+
+
 def _predict(args: argparse.Namespace) -> int:
     request = PlanRequest(model=args.model, batch_size=args.batch_size, seq_len=args.seq_len,
                           precisions=tuple(args.precision), devices=tuple(args.device), gpus=args.gpus,
                           steps=args.steps, epochs=args.epochs, samples=args.samples,
-                          usd_per_gpu_hour=args.usd_per_gpu_hour)
+                          usd_per_gpu_hour=_prices(args.usd_per_gpu_hour))
     table = plan_rows(request)
     if args.json:
         print(json.dumps({"model": table.model, "parameters": table.parameters, "batch": table.batch,

@@ -44,7 +44,8 @@ _NEEDS = {"32-true+tf32": "tf32", "bf16-mixed": "bf16", "bf16-true": "bf16", "16
 class PlanRequest:
     """What to predict. ``model``: ``module:factory`` (or ``path/file.py:factory``), or a local
     ``config.json`` (or the folder holding it); ``steps``, or ``epochs`` over ``samples`` training
-    examples; ``usd_per_gpu_hour`` adds each run's cost."""
+    examples; ``usd_per_gpu_hour`` adds each run's cost: one price for every device, or a price per
+    device name (``{"h100": 2.5, "a100": 1.3}``; devices without one get no cost)."""
 
     model: str
     batch_size: int | None = None
@@ -55,7 +56,7 @@ class PlanRequest:
     steps: int | None = None
     epochs: float | None = None
     samples: int | None = None
-    usd_per_gpu_hour: float | None = None
+    usd_per_gpu_hour: float | dict[str, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -100,15 +101,21 @@ def plan_rows(request: PlanRequest) -> PlanTable:
         devices.append(spec)
         if note:
             notes.append(note)
+    prices: dict[str, float] = {}
+    if isinstance(request.usd_per_gpu_hour, dict):
+        for name, price in request.usd_per_gpu_hour.items():
+            prices[resolve_device_name(name)[0].key] = float(price)
+    elif request.usd_per_gpu_hour is not None:
+        prices = {spec.key: float(request.usd_per_gpu_hour) for spec in devices}
     precisions = ALL_PRECISIONS if "all" in request.precisions else tuple(dict.fromkeys(request.precisions))
     specs = {label: _precision_spec(label) for label in precisions}
     model, batch, description, step_fn = load_model(request.model, request.batch_size, request.seq_len)
     with _quiet_transformers():
-        return _plan(request, model, batch, description, step_fn, devices, specs, notes)
+        return _plan(request, model, batch, description, step_fn, devices, specs, notes, prices)
 
 
 def _plan(request: PlanRequest, model: torch.nn.Module, batch: Any, description: str, step_fn: Any,
-          devices: list[DeviceSpec], specs: dict[str, Any], notes: list[str]) -> PlanTable:
+          devices: list[DeviceSpec], specs: dict[str, Any], notes: list[str], prices: dict[str, float]) -> PlanTable:
     from .arguments import check_model
     from .comm import ddp_exposed_seconds
     from .predict import simulate
@@ -141,8 +148,8 @@ def _plan(request: PlanRequest, model: torch.nn.Module, batch: Any, description:
                                            link_gbs=device.interconnect_gbs)
             step_s = step.step_s + comm
             run_s = step_s * steps if steps is not None else None
-            cost = run_s / 3600.0 * request.gpus * request.usd_per_gpu_hour \
-                if run_s is not None and request.usd_per_gpu_hour is not None else None
+            price = prices.get(device.key)
+            cost = run_s / 3600.0 * request.gpus * price if run_s is not None and price is not None else None
             rows.append(PlanRow(label, device.key, device.name, True, step_s, run_s, cost))
     params = sum(p.numel() for p in dict.fromkeys(model.parameters()))
     return PlanTable(request.model, params, description, steps, request.gpus, rows, notes)
@@ -176,8 +183,10 @@ def _check_request(request: PlanRequest) -> None:
         raise ValueError("--samples needs --epochs")
     if request.steps is not None and request.epochs is not None:
         raise ValueError("give --steps or --epochs, not both")
-    if request.usd_per_gpu_hour is not None and request.usd_per_gpu_hour < 0:
-        raise ValueError(f"--usd-per-gpu-hour {request.usd_per_gpu_hour}: expected a price >= 0")
+    prices = request.usd_per_gpu_hour
+    for price in (prices.values() if isinstance(prices, dict) else [] if prices is None else [prices]):
+        if price < 0:
+            raise ValueError(f"--usd-per-gpu-hour {price}: expected a price >= 0")
 
 
 def _precision_spec(label: str) -> Any:

@@ -57,6 +57,17 @@ def test_predict_json_numbers_add_up(capsys):
         assert row["cost_usd"] == pytest.approx(row["run_s"] / 3600 * 4 * 3.5)  # 4 GPUs at $3.5 an hour
 
 
+def test_prices_per_device(capsys):
+    code, out, _ = run(capsys, "predict", "cli_models:mlp", "--device", "h100", "l4", "t4", "--steps", "1000",
+                       "--precision", "16-mixed", "--usd-per-gpu-hour", "h100=3", "l4=0.8", "--json")
+    rows = {row["device"]: row for row in json.loads(out)["rows"]}
+    assert rows["h100-sxm"]["cost_usd"] == pytest.approx(rows["h100-sxm"]["run_s"] / 3600 * 3)
+    assert rows["l4"]["cost_usd"] == pytest.approx(rows["l4"]["run_s"] / 3600 * 0.8)
+    assert rows["t4"]["cost_usd"] is None  # no price given for it
+    code, _, err = run(capsys, "predict", "cli_models:mlp", "--usd-per-gpu-hour", "h100=cheap")
+    assert code == 2 and "--usd-per-gpu-hour h100=cheap: expected a price" in err
+
+
 def test_plan_rows_counts_epochs_and_the_all_reduce_of_more_gpus():
     one = plan_rows(PlanRequest("cli_models:mlp", precisions=("bf16-mixed",), devices=("h100-sxm",),
                                 epochs=2, samples=10_000))
