@@ -22,6 +22,7 @@ from accelerate import Accelerator
 from torch.utils.data import DataLoader, TensorDataset
 
 import ptp_callback as ptp
+from ptp_callback.tracker import RunTracker
 
 
 def step_fn(model: nn.Module, batch) -> torch.Tensor:
@@ -44,7 +45,7 @@ class Progress:
 
 def main(mixed_precision: str = "no", accumulate: int = 2, epochs: int = 2, *, device: str | None = None,
          advise: bool | str = "auto", bar: bool = True, stop_after: int | None = None, state_dir: str | None = None,
-         resume: str | None = None, samples: int = 4096) -> ptp.tracker.RunTracker:
+         resume: str | None = None, samples: int = 4096) -> RunTracker:
     accelerator = Accelerator(mixed_precision=mixed_precision, gradient_accumulation_steps=accumulate)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(256, 512), nn.GELU(), nn.Linear(512, 10))

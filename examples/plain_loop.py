@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import ptp_callback as ptp
+from ptp_callback.tracker import RunTracker
 
 
 def step_fn(model: nn.Module, batch) -> torch.Tensor:
@@ -27,7 +28,7 @@ def step_fn(model: nn.Module, batch) -> torch.Tensor:
 
 
 def main(epochs: int = 3, *, device: str | None = None, advise: bool | str = True, bar: bool = True,
-         checkpoint_dir: str | None = None, samples: int = 4096) -> ptp.tracker.RunTracker:
+         checkpoint_dir: str | None = None, samples: int = 4096) -> RunTracker:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(256, 512), nn.GELU(), nn.Linear(512, 512), nn.GELU(), nn.Linear(512, 10))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)

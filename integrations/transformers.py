@@ -214,7 +214,7 @@ class PrecisionTimeTrainerCallback(TrainerCallback, ExportableState):
             view = loader_view(train_dataloader, _Processes(args.world_size))
             batch, load_s = example_batch(view)
         except Exception as exc:  # noqa: BLE001 - a loader we cannot read still trains
-            tracker._warn("predict", f"could not build an example batch ({type(exc).__name__}: {exc}); "
+            tracker.warn_once("predict", f"could not build an example batch ({type(exc).__name__}: {exc}); "
                                      "the ETA uses measured batches only")
             return
         target = self.target if self.target is not None else (run_device if run_device.type == "cuda" else "cpu")
@@ -228,14 +228,10 @@ class PrecisionTimeTrainerCallback(TrainerCallback, ExportableState):
 
     # ------------------------------------------------------------------------------ events
     def _event(self, name: str, t: float | None = None) -> None:
-        tracker = self.tracker
-        if tracker is None or not tracker.active or tracker.closed:
+        if self.tracker is None:
             return
         t = self.clock() if t is None else t
-        try:
-            getattr(tracker.forecaster, name)(t)
-        except Exception as exc:  # noqa: BLE001 - never break a run
-            tracker._fail("timing the run", exc)
+        self.tracker.feed(name, t)
         self._last_t = max(self._last_t, t)
 
     def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

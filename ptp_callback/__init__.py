@@ -42,7 +42,7 @@ def __getattr__(name: str):  # noqa: ANN202 - lazy: the core must not import Lig
 
         return PrecisionTimeCallback
     if name == "track":
-        from .tracker import track
+        from .loop import track
 
         return track
     raise AttributeError(f"module 'ptp_callback' has no attribute {name!r}")

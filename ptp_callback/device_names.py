@@ -15,7 +15,7 @@ name instead. :func:`resolve_device_name` turns that into one device of the tabl
 >>> spec.key
 'h100-sxm'
 >>> note
-'h100 -> h100-sxm (NVIDIA H100 SXM5 80GB), the most common variant; others: h100-pcie, h100-nvl'
+'H100 -> h100-sxm (NVIDIA H100 SXM5 80GB), the most common variant; others: h100-pcie, h100-nvl'
 >>> resolve_device_name("h100-pcie")[1] is None
 True
 """
