@@ -215,7 +215,7 @@ class PrecisionTimeTrainerCallback(TrainerCallback, ExportableState):
             batch, load_s = example_batch(view)
         except Exception as exc:  # noqa: BLE001 - a loader we cannot read still trains
             tracker.warn_once("predict", f"could not build an example batch ({type(exc).__name__}: {exc}); "
-                                     "the ETA uses measured batches only")
+                                         "the ETA uses measured batches only")
             return
         target = self.target if self.target is not None else (run_device if run_device.type == "cuda" else "cpu")
         inputs = TraceInputs(model, batch, None, unwrap_optimizer(optimizer), spec, target, run_device,

@@ -1,10 +1,9 @@
 """Checks of what users pass in: one-line errors that repeat the call and say what to do.
 
->>> import torch
->>> check_optimizer("adamw", "ptp.track(optimizer=...)")
+>>> check_optimizer("adamw", "ptp.track(optimizer=...)")  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-ValueError: ptp.track(optimizer='adamw'): pass the optimizer object (torch.optim.AdamW(model.parameters(), ...)), a factory params -> optimizer, or None for AdamW defaults -- not its name
+ValueError: ptp.track(optimizer='adamw'): pass the optimizer object (torch.optim.AdamW(...)), ... not its name
 """
 
 from __future__ import annotations
@@ -29,9 +28,8 @@ def check_optimizer(optimizer: Any, where: str) -> None:
     """An optimizer instance, a factory, or ``None``."""
     call = where.rsplit("=...", 1)[0]
     if isinstance(optimizer, str):
-        raise ValueError(f"{call}={optimizer!r}): pass the optimizer object "
-                         "(torch.optim.AdamW(model.parameters(), ...)), a factory params -> optimizer, "
-                         "or None for AdamW defaults -- not its name")
+        raise ValueError(f"{call}={optimizer!r}): pass the optimizer object (torch.optim.AdamW(...)), "
+                         "a factory params -> optimizer, or None for AdamW defaults -- not its name")
     if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer) and not callable(optimizer):
         raise ValueError(f"{call}=<{type(optimizer).__name__}>): expected a torch.optim.Optimizer, a factory "
                          "params -> optimizer, or None for AdamW defaults")

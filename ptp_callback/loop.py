@@ -116,7 +116,8 @@ def track(
 
         register(accelerator, tracker)
     if settings.precision is None:
-        tracker.warn_once("precision", f"{settings.label} training is not modelled; the ETA uses measured batches only")
+        tracker.warn_once("precision", f"{settings.label} training is not modelled; the ETA uses measured "
+                                       "batches only")
     elif settings.main_process and train_loader is not None:
         _predict(tracker, settings, model, optimizer, train_loader, step_fn, eval_loader, checkpoint_dir,
                  accelerator)
@@ -132,8 +133,8 @@ def _predict(tracker: RunTracker, settings: _LoopSettings, model: torch.nn.Modul
     if accelerator is not None:
         from .integrations import accelerate as acc
 
-        model, optimizer, context = acc.unwrap_model(accelerator, model), acc.unwrap_optimizer(optimizer), \
-            acc.forward_without_autocast(acc.unwrap_model(accelerator, model))
+        model, optimizer = acc.unwrap_model(accelerator, model), acc.unwrap_optimizer(optimizer)
+        context = acc.forward_without_autocast(model)
         train_view = acc.loader_view(train_loader, accelerator)
         eval_view = acc.loader_view(eval_loader, accelerator) if eval_loader is not None else None
     else:
@@ -148,7 +149,7 @@ def _predict(tracker: RunTracker, settings: _LoopSettings, model: torch.nn.Modul
             val_facts = loader_facts(eval_loader, val_batch, val_load_s)
     except Exception as exc:  # noqa: BLE001 - a loader we cannot read still trains
         tracker.warn_once("predict", f"could not build an example batch ({type(exc).__name__}: {exc}); "
-                                 "the ETA uses measured batches only")
+                                     "the ETA uses measured batches only")
         return
     assert settings.precision is not None
     inputs = TraceInputs(model, batch, step_fn, optimizer, settings.precision, settings.device, settings.run_device,

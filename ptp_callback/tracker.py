@@ -117,9 +117,21 @@ class TraceInputs:
 class RunTracker:
     """Turns a training loop's events into forecaster events and shows the run's ETA.
 
-    Built by :func:`track` (plain and Accelerate loops) and by the HF ``Trainer`` callback; see the
-    module doc for what it shows. The forecaster is ``self.forecaster``: an adapter whose loop has
-    hooks of its own feeds it directly and calls :meth:`refresh`.
+    Built by :func:`ptp_callback.track` (plain and Accelerate loops) and by the HF ``Trainer``
+    callback; see the module doc for what it shows. An adapter whose loop has hooks of its own
+    passes them to :meth:`feed` and calls :meth:`refresh`.
+
+    Args:
+        schedule, saves: the run's schedule and checkpoint save positions.
+        precision_label: the precision shown beside the ETA.
+        shape: the loop's settings, when the tracker may rebuild the schedule (a resume, ``step()``).
+        advise: predict the other precisions (``"auto"``: when that costs under 1% of the run).
+        bar, verbose: show a tqdm bar; print the plan and the report.
+        main_process: only the main process predicts, shows and prints.
+        advice_as_warning: give the advice as a ``PrecisionAdvice`` warning instead of a line.
+        warmup_batches: first batches never used as steady measurements.
+        refresh_s: how often the ETA text is recomputed.
+        clock: seconds since an arbitrary origin; injectable for tests.
     """
 
     def __init__(self, schedule: FitSchedule, *, saves: tuple[int, ...] = (), precision_label: str = "",
@@ -155,7 +167,7 @@ class RunTracker:
     def _fail(self, what: str, exc: BaseException) -> None:
         """Stop feeding the forecaster after an internal failure: one warning, the loop goes on."""
         self.active = False
-        self.warn_once(what, f"{what} failed ({type(exc).__name__}: {exc}); the ETA is off for the rest of the run")
+        self.warn_once(what, f"{what} failed ({type(exc).__name__}: {exc}); no ETA for the rest of the run")
 
     def warn_once(self, key: str, message: str, category: type[Warning] = PtpWarning) -> None:
         """One warning per ``key`` (on the main process only)."""
