@@ -299,6 +299,7 @@ class RunTracker:
             self._iterated = True
             if not self._started:
                 self.begin_training()
+            self._check_length()
             self.forecaster.epoch_start(clock())
             self._in_epoch = 0
         except Exception as exc:  # noqa: BLE001
@@ -361,6 +362,7 @@ class RunTracker:
             if not self._started:
                 self.begin_training()
             forecaster = self.forecaster
+            self._check_length()
             now = self.clock()
             if forecaster.batches.seen == 0 and not self._batch_open:
                 forecaster.batch_start(now)  # the first step began at the latest when training started
@@ -374,6 +376,13 @@ class RunTracker:
                 self.refresh(now)
         except Exception as exc:  # noqa: BLE001
             self._fail("timing a step", exc)
+
+    def _check_length(self) -> None:
+        total = self.forecaster.schedule.total_batches
+        if total is not None and self.forecaster.position >= total:
+            unit = "batches" if self.unit == "batch" else "optimizer steps"
+            self.warn_once("past-the-end", f"the loop goes on past the {total} {unit} the tracker was told of "
+                                           "(epochs=, max_steps=); the ETA counts none of what follows")
 
     def _more_to_come(self) -> bool:
         total = self.forecaster.schedule.total_batches

@@ -94,6 +94,16 @@ def test_leaving_the_loop_early_ends_the_epoch_there():
     assert tracker.forecaster._last == "epoch_end"
 
 
+def test_a_loop_longer_than_it_said_gets_one_warning():
+    clock = Clock()
+    tracker = virtual_tracker(clock, epochs=1, eval_every=None, save_every=None)
+    with pytest.warns(PtpWarning, match=r"the loop goes on past the 10 batches the tracker was told of"):
+        for _ in range(2):
+            for _ in tracker.iterate(range(10)):
+                clock.t += 1.0
+    assert tracker.forecaster.position == 20 and tracker.active
+
+
 def test_step_counts_optimizer_steps_when_the_loop_pulls_its_own_batches():
     clock = Clock()
     tracker = virtual_tracker(clock, batches_per_epoch=12, accumulate=3, epochs=2, eval_every=None, save_every=None)
