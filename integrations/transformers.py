@@ -56,6 +56,7 @@ from transformers.trainer_callback import CallbackHandler, ExportableState, Prog
 from ptp_callback.cadence import positions_every, with_evaluations
 from ptp_callback.devices import DeviceSpec
 from ptp_callback.loaders import example_batch, loader_facts
+from ptp_callback.notices import warn
 from ptp_callback.precision import PrecisionSpec
 from ptp_callback.run_prediction import CheckpointFacts
 from ptp_callback.schedule import FitSchedule, FitStart, build_schedule
@@ -186,6 +187,14 @@ class PrecisionTimeTrainerCallback(TrainerCallback, ExportableState):
                        train_dataloader: Any = None, eval_dataloader: Any = None, **kwargs: Any) -> None:
         now = self.clock()
         self._bar_owner = _calling_progress_callback()
+        try:
+            self._begin(now, args, state, model, optimizer, train_dataloader, eval_dataloader)
+        except Exception as exc:  # noqa: BLE001 - never break a run
+            self.tracker = None
+            warn(f"reading the Trainer failed ({type(exc).__name__}: {exc}); no ETA for this run")
+
+    def _begin(self, now: float, args: Any, state: Any, model: Any, optimizer: Any, train_dataloader: Any,
+               eval_dataloader: Any) -> None:
         try:
             batches = len(train_dataloader) if train_dataloader is not None else None
         except TypeError:

@@ -442,17 +442,27 @@ class RunTracker:
     def refresh(self, now: float | None = None, *, force: bool = False) -> None:
         """Recompute the ETA text (at most every ``refresh_s``) and show it in the bar."""
         now = self.clock() if now is None else now
-        if not force and now - self._last_refresh < self.refresh_s:
+        if not self.active or not force and now - self._last_refresh < self.refresh_s:
             return
         self._last_refresh = now
-        remaining = self.forecaster.remaining_s(now)
+        try:
+            remaining = self.forecaster.remaining_s(now)
+        except Exception as exc:  # noqa: BLE001 - never break the loop
+            self._fail("computing the ETA", exc)
+            return
         self.eta_text = f"{format_clock(remaining)} {self.precision_label}".strip() if remaining is not None else ""
         if self._bar is not None and self.eta_text:
             self._bar.set_postfix_str(f"eta={self.eta_text}", refresh=False)
 
     def remaining_s(self) -> float | None:
         """Seconds left in the run now (``None`` while unknown)."""
-        return self.forecaster.remaining_s(self.clock()) if self.active else None
+        if not self.active:
+            return None
+        try:
+            return self.forecaster.remaining_s(self.clock())
+        except Exception as exc:  # noqa: BLE001 - never break the loop
+            self._fail("computing the ETA", exc)
+            return None
 
     def postfix(self) -> dict[str, str]:
         """The ETA for your own tqdm bar: ``bar.set_postfix(loss=..., **tracker.postfix())``.
