@@ -31,6 +31,7 @@ __all__ = [
     "predict_step",
     "register_device",
     "trace_step",
+    "track",
 ]
 __version__ = "0.1.0"
 
@@ -40,4 +41,8 @@ def __getattr__(name: str):  # noqa: ANN202 - lazy: the core must not import Lig
         from .integrations.lightning import PrecisionTimeCallback
 
         return PrecisionTimeCallback
+    if name == "track":
+        from .loop import track
+
+        return track
     raise AttributeError(f"module 'ptp_callback' has no attribute {name!r}")

@@ -1,0 +1,35 @@
+"""Checks of what users pass in: one-line errors that repeat the call and say what to do.
+
+>>> check_optimizer("adamw", "ptp.track(optimizer=...)")  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+ValueError: ptp.track(optimizer='adamw'): pass the optimizer object (torch.optim.AdamW(...)), ... not its name
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+__all__ = ["check_model", "check_optimizer"]
+
+
+def check_model(model: Any, where: str) -> None:
+    """A module with at least one trainable parameter."""
+    if not isinstance(model, torch.nn.Module):
+        raise ValueError(f"{where}: expected a torch.nn.Module, got {type(model).__name__}")
+    if not any(p.requires_grad for p in model.parameters()):
+        raise ValueError(f"{where}: the model has no trainable parameters (requires_grad is False for all of "
+                         "them); unfreeze the ones that train, or pass the model the optimizer updates")
+
+
+def check_optimizer(optimizer: Any, where: str) -> None:
+    """An optimizer instance, a factory, or ``None``."""
+    call = where.rsplit("=...", 1)[0]
+    if isinstance(optimizer, str):
+        raise ValueError(f"{call}={optimizer!r}): pass the optimizer object (torch.optim.AdamW(...)), "
+                         "a factory params -> optimizer, or None for AdamW defaults -- not its name")
+    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer) and not callable(optimizer):
+        raise ValueError(f"{call}=<{type(optimizer).__name__}>): expected a torch.optim.Optimizer, a factory "
+                         "params -> optimizer, or None for AdamW defaults")

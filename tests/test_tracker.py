@@ -1,0 +1,297 @@
+"""ptp.track in plain PyTorch loops: events on virtual time, real loops, the bar, errors."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import sys
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+from tqdm import tqdm
+
+import ptp_callback as ptp
+from ptp_callback.devices import UnknownDeviceError
+from ptp_callback.notices import PtpWarning
+from ptp_callback.tracker import LoopShape, RunTracker
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+
+CLOCK = re.compile(r"eta=\d{2}:\d{2}")
+
+
+class Clock:
+    """Virtual seconds: the test moves time, the tracker reads it."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def virtual_tracker(clock: Clock, **shape: object) -> RunTracker:
+    settings = dict(batches_per_epoch=10, epochs=2, eval_every="epoch", eval_batches=4, save_every="epoch")
+    settings.update(shape)
+    loop = LoopShape(**settings)
+    schedule, saves = loop.schedule()
+    tracker = RunTracker(schedule, saves=saves, shape=loop, bar=False, verbose=False, clock=clock)
+    tracker.start()
+    return tracker
+
+
+def test_iterate_and_phases_become_forecaster_events_on_virtual_time():
+    clock = Clock()
+    tracker = virtual_tracker(clock)
+    remaining_after_first_epoch = None
+    for epoch in range(2):
+        for _ in tracker.iterate(range(10)):
+            clock.t += 1.0  # each batch: 1 s
+        with tracker.phase("eval"):
+            clock.t += 3.0
+        with tracker.phase("save"):
+            clock.t += 2.0
+        if epoch == 0:
+            remaining_after_first_epoch = tracker.remaining_s()
+    # measured: 10 batches x 1 s + one evaluation (3 s) + one save (2 s) are left; epoch starts took 0 s
+    assert remaining_after_first_epoch == pytest.approx(10 * 1.0 + 3.0 + 2.0)
+    tracker.close()
+    parts = tracker.forecaster.parts(clock.t)
+    assert (parts["train"].count, parts["val"].count, parts["save"].count, parts["epoch"].count) == (20, 2, 2, 2)
+    assert parts["train"].spent_s + parts["warmup"].spent_s == pytest.approx(20.0)
+    assert (parts["val"].spent_s, parts["save"].spent_s) == (pytest.approx(6.0), pytest.approx(4.0))
+    assert tracker.remaining_s() == 0.0
+
+
+def test_an_evaluation_inside_the_loop_body_follows_its_batch():
+    clock = Clock()
+    tracker = virtual_tracker(clock, epochs=1, eval_every=5, save_every=None)
+    assert tracker.forecaster.schedule.val_after_batches == (5, 10)
+    for i, _ in enumerate(tracker.iterate(range(10))):
+        clock.t += 1.0
+        if i in (4, 9):  # after the 5th and the 10th optimizer step
+            with tracker.phase("eval"):
+                clock.t += 2.0
+    tracker.close()
+    parts = tracker.forecaster.parts(clock.t)
+    assert (parts["train"].count, parts["val"].count) == (10, 2)
+    assert parts["val"].spent_s == pytest.approx(4.0)
+
+
+def test_leaving_the_loop_early_ends_the_epoch_there():
+    clock = Clock()
+    tracker = virtual_tracker(clock, epochs=1, eval_every=None, save_every=None)
+    for i, _ in enumerate(tracker.iterate(range(10))):
+        clock.t += 1.0
+        if i == 4:
+            break
+    assert tracker.forecaster.position == 5 and tracker._in_epoch is None
+    assert tracker.forecaster._last == "epoch_end"
+
+
+def test_a_loop_longer_than_it_said_gets_one_warning():
+    clock = Clock()
+    tracker = virtual_tracker(clock, epochs=1, eval_every=None, save_every=None)
+    with pytest.warns(PtpWarning, match=r"the loop goes on past the 10 batches the tracker was told of"):
+        for _ in range(2):
+            for _ in tracker.iterate(range(10)):
+                clock.t += 1.0
+    assert tracker.forecaster.position == 20 and tracker.active
+
+
+def test_step_counts_optimizer_steps_when_the_loop_pulls_its_own_batches():
+    clock = Clock()
+    tracker = virtual_tracker(clock, batches_per_epoch=12, accumulate=3, epochs=2, eval_every=None, save_every=None)
+    for _ in range(8):  # 12 / 3 = 4 steps an epoch
+        clock.t += 3.0
+        tracker.step()
+    tracker.close()
+    schedule = tracker.forecaster.schedule
+    assert tracker.unit == "step" and (schedule.total_batches, schedule.accumulate) == (8, 1)
+    assert tracker.forecaster.position == 8
+    assert tracker.forecaster.parts(clock.t)["train"].count == 8
+
+
+def test_a_plain_loop_shows_the_eta_and_reports_its_parts(tmp_path, capfd):
+    import plain_loop
+
+    tracker = plain_loop.main(epochs=2, device="h100-sxm", advise=False, checkpoint_dir=str(tmp_path), samples=1024)
+    err = capfd.readouterr().err
+    schedule = tracker.forecaster.schedule
+    assert (schedule.total_batches, schedule.val_after_batches, tracker.forecaster.saves) == (32, (16, 32), (16, 32))
+    assert "ptp: h100 -> h100-sxm" not in err  # an exact key: no note
+    assert "ptp: predicted fit " in err and "at 32-true on NVIDIA H100 SXM5 80GB" in err and "(32 batches)" in err
+    assert CLOCK.search(err) and "32-true]" in err  # the bar: [elapsed, eta=MM:SS 32-true]
+    summary = next(line for line in err.splitlines() if "ptp: fit took" in line)
+    assert "predicted before step one" in summary and "validation" in summary and "checkpoints" in summary
+    assert tracker.forecaster.position == 32 and tracker.closed
+
+
+def test_a_plain_loop_predicted_for_this_cpu(tmp_path):
+    import plain_loop
+
+    tracker = plain_loop.main(epochs=1, advise=False, bar=False, checkpoint_dir=str(tmp_path), samples=512)
+    assert tracker.prediction is not None and tracker.prediction.device.arch == "cpu"
+    assert tracker.forecaster.before_step_one_s > 0 and tracker.summary.startswith("fit took")
+
+
+def test_the_postfix_helper_puts_the_eta_in_your_own_bar():
+    clock = Clock()
+    tracker = virtual_tracker(clock, eval_every=None, save_every=None)
+    tracker.precision_label = "bf16-mixed"
+    stream = io.StringIO()
+    bar = tqdm(total=20, file=stream, mininterval=0)
+    shown = []
+    for _ in range(2):
+        for _ in tracker.iterate(range(10)):
+            clock.t += 0.5
+            bar.set_postfix(loss=1.25, **tracker.postfix())
+            bar.update(1)
+            shown.append(str(bar))
+    bar.close()
+    tracker.close()
+    # in batch 11 (10 measured at 0.5 s; this one 0.5 s in): 9.5 batches' worth left -> 00:05 after rounding
+    assert "eta=00:05 bf16-mixed" in shown[10] and "loss=1.25" in shown[10]
+    assert "eta=00:05 bf16-mixed" in stream.getvalue()
+
+
+def model_and_loader():
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    loader = DataLoader(TensorDataset(torch.randn(64, 16), torch.randint(0, 4, (64,))), batch_size=8)
+    return model, loader
+
+
+def step(model, batch):
+    return F.cross_entropy(model(batch[0]), batch[1])
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda m, o, d: ptp.track(m, "adamw", d, step, epochs=1),
+     "ptp.track(optimizer='adamw'): pass the optimizer object"),
+    (lambda m, o, d: ptp.track(m.requires_grad_(False), o, d, step, epochs=1),
+     "ptp.track(model=...): the model has no trainable parameters"),
+    (lambda m, o, d: ptp.track(m, o, d, step), "pass epochs=... or max_steps=..."),
+    (lambda m, o, d: ptp.track(m, o, (b for b in d), step, epochs=2), "the train_loader has no len(); pass max_steps"),
+    (lambda m, o, d: ptp.track(m, o, d, step, epochs=1, eval_every=0), "eval_every=0: expected a number of"),
+    (lambda m, o, d: ptp.track(m, o, d, step, epochs=1, advise="yes"), "advise='yes': expected True, False"),
+    (lambda m, o, d: ptp.track(m, o, d, step, epochs=1, accumulate=0), "accumulate=0: expected an integer"),
+    (lambda m, o, d: ptp.track(m, o, d, step, epochs=1, precision="fp8"), "ptp.track(precision='fp8'): expected one"),
+], ids=["optimizer-string", "frozen", "no-length", "no-len-loader", "eval-every", "advise", "accumulate",
+        "precision"])
+def test_bad_arguments_fail_at_once_in_one_line(call, message):
+    model, loader = model_and_loader()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(ValueError) as info:
+        call(model, optimizer, loader)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_an_unknown_device_gets_a_did_you_mean():
+    model, loader = model_and_loader()
+    with pytest.raises(UnknownDeviceError, match=r"'h10' is not a known GPU; did you mean h100"):
+        ptp.track(model, None, loader, step, epochs=1, device="h10")
+
+
+def test_phase_names_are_checked():
+    tracker = virtual_tracker(Clock())
+    with pytest.raises(ValueError, match=r"tracker.phase\('evaluate'\): expected 'eval' or 'save'"):
+        with tracker.phase("evaluate"):
+            pass
+
+
+class DataDependent(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = self.net(x)
+        return h if h.sum() > 0 else -h  # reads a value: cannot run on fake tensors
+
+
+def test_an_untraceable_model_trains_on_with_one_warning_and_a_measured_eta(capfd):
+    model = DataDependent()
+    _, loader = model_and_loader()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tracker = ptp.track(model, optimizer, loader, step, epochs=3, device="h100-sxm", bar=False)
+        remaining = []
+        for _ in range(3):
+            for batch in tracker.iterate(loader):
+                step(model, batch).backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                remaining.append(tracker.remaining_s())
+        tracker.close()
+    ours = [w for w in caught if issubclass(w.category, PtpWarning)]
+    assert len(ours) == 1 and "could not predict the run (TraceError" in str(ours[0].message)
+    assert ours[0].filename == __file__  # attributed to the caller's line
+    assert remaining[0] is None and remaining[-2] is not None  # measured once batches were timed
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "fake" not in err.lower()
+    assert tracker.summary.startswith("fit took") and "predicted before step one" not in tracker.summary
+
+
+def test_only_the_local_main_process_predicts_shows_and_prints(monkeypatch, capfd):
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    model, loader = model_and_loader()
+    tracker = ptp.track(model, None, loader, step, epochs=1, device="h100-sxm")
+    for batch in tracker.iterate(loader):
+        step(model, batch).backward()
+    tracker.close()
+    assert tracker.prediction is None and tracker._bar is None
+    assert capfd.readouterr().err == ""
+    assert tracker.forecaster.position == len(loader)
+
+
+def test_state_dict_resumes_position_and_calibration():
+    clock = Clock()
+    first = virtual_tracker(clock, eval_every=None, save_every=None)
+    for i, _ in enumerate(first.iterate(range(10))):
+        clock.t += 1.0
+    for i, _ in enumerate(first.iterate(range(10))):
+        clock.t += 1.0
+        if i == 3:
+            state = first.state_dict()
+            break
+    assert (state["position"], state["epochs_done"], state["batch_in_epoch"]) == (14, 1, 4)
+    second = virtual_tracker(clock, eval_every=None, save_every=None)
+    second.load_state_dict(state)
+    schedule = second.forecaster.schedule
+    assert (schedule.start_batch, schedule.start_epoch, schedule.start_batch_in_epoch) == (14, 1, 4)
+    assert schedule.epoch_starts == (14,)
+    # 6 batches left at the measured 1 s, nothing measured in this run yet
+    assert second.remaining_s() == pytest.approx(6.0)
+    assert second.forecaster.elapsed_before_s == pytest.approx(14.0)
+
+
+def test_advice_as_a_warning():
+    from ptp_callback.notices import PrecisionAdvice
+    from ptp_callback.precision import PrecisionSpec
+    from ptp_callback.tracker import TraceInputs
+
+    with torch.device("meta"):  # a compute-bound step on an H100 (nothing is allocated)
+        model = nn.Sequential(nn.Linear(8192, 8192), nn.GELU(), nn.Linear(8192, 8192))
+    batch = (torch.empty(8192, 8192, device="meta"),)
+    clock = Clock()
+    tracker = virtual_tracker(clock, batches_per_epoch=100_000, epochs=1, eval_every=None, save_every=None)
+    tracker.advise, tracker.advice_as_warning, tracker.precision_label = "auto", True, "32-true"
+    with pytest.warns(PrecisionAdvice, match=r"ptp: 32-true -> (bf16|16)-mixed would cut this fit from "):
+        tracker.predict(TraceInputs(model, batch, lambda m, b: m(*b).float().pow(2).mean(), None,
+                                    PrecisionSpec.from_setting("32-true", matmul_tf32=False), "h100-sxm",
+                                    torch.device("cpu")))
+    assert tracker.advice_text and tracker.advise is False  # given at the start: cheap beside a long run
+
+
+def test_the_module_examples():
+    import doctest
+
+    from ptp_callback import arguments, tracker
+
+    assert doctest.testmod(tracker).failed == 0 and doctest.testmod(arguments).failed == 0

@@ -1,0 +1,126 @@
+"""PrecisionTimeTrainerCallback in real HF Trainer runs on a tiny config (CPU, no downloads)."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+from transformers import TrainerCallback, TrainerState, TrainingArguments  # noqa: E402
+from transformers.trainer_callback import ProgressCallback  # noqa: E402
+
+from ptp_callback.integrations.transformers import (PrecisionTimeTrainerCallback, precision_of,  # noqa: E402
+                                                    read_schedule)
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+
+ETA = re.compile(r"^\d{2}:\d{2} 32-true$")
+
+
+class Seen(TrainerCallback):
+    """Counts what the Trainer did and keeps the logs as the callbacks after ours see them."""
+
+    def __init__(self) -> None:
+        self.evaluations = self.saves = 0
+        self.logs: list[dict] = []
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        self.evaluations += 1
+
+    def on_save(self, args, state, control, **kwargs):
+        self.saves += 1
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        self.logs.append(dict(logs))
+
+
+def test_a_trainer_run_shows_the_eta_in_its_bar_and_logs_and_follows_its_schedule(tmp_path, capfd):
+    import hf_trainer
+
+    seen = Seen()
+    # 128 samples / 16 = 8 micro-batches an epoch, accumulate 2: 4 steps an epoch, 2 epochs = 8 steps
+    trainer, callback = hf_trainer.main(str(tmp_path / "out"), samples=128, device="h100-sxm", advise=False,
+                                        callbacks=[seen], eval_steps=3, save_steps=4, logging_steps=2)
+    schedule = callback.tracker.forecaster.schedule
+    assert (schedule.total_batches, schedule.total_steps) == (16, 8)
+    # eval_steps=3: after steps 3 and 6 (positions 6 and 8 + 4) and after the last step (16); save_steps=4: 8, 16
+    assert schedule.val_after_batches == (6, 12, 16) and callback.tracker.forecaster.saves == (8, 16)
+    assert (seen.evaluations, seen.saves) == (3, 2)
+    parts = callback.tracker.forecaster.parts(callback.clock())
+    assert (parts["train"].count, parts["val"].count, parts["save"].count, parts["epoch"].count) == (16, 3, 2, 2)
+    training_logs = [log for log in seen.logs if "loss" in log]
+    assert training_logs and all(ETA.match(log["eta"]) for log in training_logs)
+    assert isinstance(callback._bar_owner, ProgressCallback)  # the Trainer's own bar
+    assert callback.tracker.advice_as_warning  # PrecisionAdvice (test_tracker.py::test_advice_as_a_warning)
+    err = capfd.readouterr().err
+    assert re.search(r"eta=\d{2}:\d{2} 32-true\]", err)
+    assert "ptp: predicted fit " in err and "on NVIDIA H100 SXM5 80GB" in err and "(16 batches)" in err
+    assert "ptp: fit took" in err and "checkpoints" in callback.tracker.summary
+
+
+def test_resume_restores_the_calibration_and_starts_where_the_checkpoint_left(tmp_path):
+    import hf_trainer
+
+    out = str(tmp_path / "out")
+    _, first = hf_trainer.main(out, samples=128, epochs=2, device="h100-sxm", advise=False, eval_strategy="no",
+                               save_steps=4, max_steps=4, restore_callback_states_from_checkpoint=True)
+    measured = first.tracker.forecaster.state_dict(first.clock())["units"]["train"]
+    _, second = hf_trainer.main(out, samples=128, epochs=2, device="h100-sxm", advise=False, eval_strategy="no",
+                                save_steps=4, max_steps=8, restore_callback_states_from_checkpoint=True,
+                                resume=os.path.join(out, "checkpoint-4"))
+    assert second is not first
+    schedule = second.tracker.forecaster.schedule
+    # 128 / 16 = 8 micro-batches an epoch, 4 steps: step 4 ends epoch 0, so the resume starts at epoch 1
+    assert (schedule.start_batch, schedule.start_step, schedule.start_epoch) == (8, 4, 1)
+    assert second.tracker.forecaster._prior["train"] == pytest.approx(measured, rel=0.2)
+    assert second.tracker.forecaster.parts(second.clock())["train"].count == 8
+
+
+def arguments(tmp_path, **settings):
+    return TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none", **settings)
+
+
+def test_precision_from_the_arguments_and_the_model(tmp_path):
+    model = torch.nn.Linear(4, 4)
+    assert precision_of(arguments(tmp_path), model).label == "32-true"
+    assert precision_of(arguments(tmp_path, bf16=True), model).label == "bf16-mixed"
+    assert precision_of(arguments(tmp_path), model.to(torch.bfloat16)).label == "bf16-true"
+
+
+@pytest.mark.parametrize("settings, evaluations, saves", [
+    (dict(eval_strategy="epoch", save_strategy="epoch"), (10, 20, 30), (10, 20, 30)),
+    (dict(eval_strategy="steps", eval_steps=4, save_strategy="steps", save_steps=5),
+     (8, 16, 24, 30), (10, 20, 30)),
+    (dict(eval_strategy="steps", eval_steps=4, eval_delay=6, save_strategy="best"), (16, 24, 30), (16, 24, 30)),
+    (dict(eval_strategy="no", save_strategy="no"), (), ()),
+], ids=["epoch", "steps", "delay-best", "none"])
+def test_evaluations_and_saves_follow_the_default_flow_rules(tmp_path, settings, evaluations, saves):
+    # 10 micro-batches an epoch, accumulate 2: 5 steps an epoch; 3 epochs = 15 steps
+    args = arguments(tmp_path, gradient_accumulation_steps=2, **settings)
+    state = TrainerState()
+    state.compute_steps(args, 15)
+    state.max_steps = 15
+    schedule, save_positions = read_schedule(args, state, 10)
+    assert (schedule.total_batches, schedule.total_steps) == (30, 15)
+    assert schedule.val_after_batches == evaluations and save_positions == saves
+
+
+def test_a_resumed_state_starts_mid_epoch(tmp_path):
+    args = arguments(tmp_path, gradient_accumulation_steps=2)
+    state = TrainerState()
+    state.compute_steps(args, 15)
+    state.max_steps, state.global_step = 15, 7  # epoch 1 (5 steps an epoch), 2 steps into it
+    schedule, _ = read_schedule(args, state, 10)
+    assert (schedule.start_batch, schedule.start_epoch, schedule.start_batch_in_epoch) == (14, 1, 4)
+    assert schedule.remaining(14).optimizer_steps == 8
+
+
+def test_an_unknown_device_fails_when_the_callback_is_built():
+    with pytest.raises(ValueError, match=r"'h10' is not a known GPU; did you mean h100"):
+        PrecisionTimeTrainerCallback(device="h10")
+    with pytest.raises(ValueError, match=r"advise='always'"):
+        PrecisionTimeTrainerCallback(advise="always")
