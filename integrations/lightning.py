@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -39,10 +38,12 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from ptp_callback.calibrate import measure_op_classes
-from ptp_callback.devices import DeviceSpec, get_device
+from ptp_callback.device_names import resolve_device_name
+from ptp_callback.devices import DeviceSpec
 from ptp_callback.display import format_clock
 from ptp_callback.forecast import RunForecaster
 from ptp_callback.loaders import example_batch, first_loader, loader_facts
+from ptp_callback.notices import PtpWarning, warn
 from ptp_callback.precision import PrecisionSpec
 from ptp_callback.report import plan_line, report_line
 from ptp_callback.run_prediction import RunPrediction, advice_cost_s, precision_advice, predict_run
@@ -54,10 +55,6 @@ from .lightning_schedule import read_checkpoints, read_schedule, time_limit_used
 log = logging.getLogger("lightning.pytorch.ptp_callback")  # printed and configured like Lightning's own lines
 
 _SYNC_EVERY = 100  # batches between device syncs that keep measured intervals honest (not the launch queue)
-
-
-class PtpWarning(UserWarning):
-    """A problem inside ptp_callback; the fit goes on with measured timing."""
 
 
 class PrecisionTimeCallback(Callback):
@@ -84,7 +81,9 @@ class PrecisionTimeCallback(Callback):
                  calibrate_ops: bool = False, warmup_batches: int = 3, refresh_s: float = 1.0,
                  show_in_progress_bar: bool = True, clock: Callable[[], float] = time.perf_counter) -> None:
         if isinstance(device, str) and device.split(":")[0] not in ("cpu", "cuda"):
-            get_device(device)  # an unknown name fails here, with the known ones listed
+            device, note = resolve_device_name(device)  # "h100" -> h100-sxm; an unknown name fails here
+            if note:
+                warn(note)
         if advise not in (True, False, "auto"):
             raise ValueError(f"PrecisionTimeCallback(advise={advise!r}): expected True, False or 'auto'")
         if refresh_s < 0 or warmup_batches < 0:
@@ -110,7 +109,7 @@ class PrecisionTimeCallback(Callback):
     def _warn(self, key: str, message: str) -> None:
         if key not in self._warned:
             self._warned.add(key)
-            warnings.warn(f"ptp: {message}", PtpWarning, stacklevel=3)
+            warn(message, PtpWarning)
 
     @contextlib.contextmanager
     def _guard(self, what: str) -> Iterator[None]:

@@ -33,8 +33,10 @@ def _amount(kind: str, count: int | None) -> str:
     return f" ({count} {unit})" if unit and count else ""
 
 
-def plan_line(parts: dict[str, Part], total_s: float | None, precision: str, device: str) -> str:
-    """``predicted fit 3m12s at bf16-mixed on <device>: train ..., validation ..., checkpoints ...``."""
+def plan_line(parts: dict[str, Part], total_s: float | None, precision: str, device: str, *,
+              noun: str = "fit") -> str:
+    """``predicted fit 3m12s at bf16-mixed on <device>: train ..., validation ..., checkpoints ...``
+    (``noun``: what the loop calls a run: Lightning's "fit", a loop's "run")."""
     shown = []
     for kind, (label, _unit) in LABELS.items():
         part = parts.get(kind)
@@ -44,14 +46,14 @@ def plan_line(parts: dict[str, Part], total_s: float | None, precision: str, dev
         if seconds < 0.05 and not (LABELS[kind][1] and part.left_count and seconds > 0):
             continue
         shown.append(f"{label} {format_duration(seconds)}{_amount(kind, part.left_count)}")
-    head = f"predicted fit {format_duration(total_s)} at {precision} on {device}"
+    head = f"predicted {noun} {format_duration(total_s)} at {precision} on {device}"
     return head + (": " + ", ".join(shown) if shown else "")
 
 
 def report_line(predicted: dict[str, Part], measured: dict[str, Part], actual_s: float,
-                before_step_one_s: float | None) -> str:
+                before_step_one_s: float | None, *, noun: str = "fit") -> str:
     """``fit took 3m20s, predicted before step one 3m12s (-4.0%): train 2m45s (predicted 2m40s), ...``."""
-    head = f"fit took {format_duration(actual_s)}"
+    head = f"{noun} took {format_duration(actual_s)}"
     if before_step_one_s is not None and actual_s > 0:
         head += f", predicted before step one {format_duration(before_step_one_s)} " \
                 f"({100.0 * (before_step_one_s / actual_s - 1.0):+.1f}%)"

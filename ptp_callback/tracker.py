@@ -275,7 +275,7 @@ class RunTracker:
             self._write(self.device_note)
         if self.prediction is not None:
             self.plan_text = plan_line(forecaster.initial_parts, forecaster.predicted_total_s, self.precision_label,
-                                       self._device_name())
+                                       self._device_name(), noun="run")
             self._write(self.plan_text)
         if self.show_bar and self.main_process:
             from tqdm import tqdm
@@ -493,7 +493,8 @@ class RunTracker:
             forecaster.fit_end(now)
             actual = forecaster.elapsed_s(now)  # a resumed run's earlier time included, as in its predictions
             self.summary = report_line(forecaster.initial_parts, forecaster.parts(now), actual,
-                                       forecaster.before_step_one_s if self.prediction is not None else None)
+                                       forecaster.before_step_one_s if self.prediction is not None else None,
+                                       noun="run")
             self._write(self.summary)
             if self.advise is True or self.advise and self._advice_cost_s() < 0.01 * actual:
                 measured = forecaster.batches.mean_s()

@@ -43,8 +43,8 @@ def test_fp32_with_accumulation_counts_micro_batches_and_steps(capfd):
     parts = tracker.forecaster.parts(tracker.clock())
     assert (parts["train"].count, parts["val"].count, parts["epoch"].count) == (32, 2, 2)
     err = capfd.readouterr().err
-    assert "ptp: predicted fit " in err and "(32 batches)" in err and re.search(r"eta=\d{2}:\d{2} 32-true", err)
-    assert "ptp: fit took" in err
+    assert "ptp: predicted run " in err and "(32 batches)" in err and re.search(r"eta=\d{2}:\d{2} 32-true", err)
+    assert "ptp: run took" in err
 
 
 def test_bf16_is_read_from_the_accelerator_and_traced_without_its_autocast_wrapper():
@@ -106,6 +106,6 @@ def test_two_processes_through_torchrun_with_gloo():
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout + result.stderr
     # each process gets 512 / 32 / 2 = 8 batches; one plan line, one report, one bar: the local main process's
-    assert out.count("ptp: predicted fit ") == 1 and "(8 batches)" in out
-    assert out.count("ptp: fit took") == 1
+    assert out.count("ptp: predicted run ") == 1 and "(8 batches)" in out
+    assert out.count("ptp: run took") == 1
     assert out.count("epoch 0: val_loss") == 1  # accelerator.print: main process only; both ranks finished

@@ -125,9 +125,9 @@ def test_a_plain_loop_shows_the_eta_and_reports_its_parts(tmp_path, capfd):
     schedule = tracker.forecaster.schedule
     assert (schedule.total_batches, schedule.val_after_batches, tracker.forecaster.saves) == (32, (16, 32), (16, 32))
     assert "ptp: h100 -> h100-sxm" not in err  # an exact key: no note
-    assert "ptp: predicted fit " in err and "at 32-true on NVIDIA H100 SXM5 80GB" in err and "(32 batches)" in err
+    assert "ptp: predicted run " in err and "at 32-true on NVIDIA H100 SXM5 80GB" in err and "(32 batches)" in err
     assert CLOCK.search(err) and "32-true]" in err  # the bar: [elapsed, eta=MM:SS 32-true]
-    summary = next(line for line in err.splitlines() if "ptp: fit took" in line)
+    summary = next(line for line in err.splitlines() if "ptp: run took" in line)
     assert "predicted before step one" in summary and "validation" in summary and "checkpoints" in summary
     assert tracker.forecaster.position == 32 and tracker.closed
 
@@ -137,7 +137,7 @@ def test_a_plain_loop_predicted_for_this_cpu(tmp_path):
 
     tracker = plain_loop.main(epochs=1, advise=False, bar=False, checkpoint_dir=str(tmp_path), samples=512)
     assert tracker.prediction is not None and tracker.prediction.device.arch == "cpu"
-    assert tracker.forecaster.before_step_one_s > 0 and tracker.summary.startswith("fit took")
+    assert tracker.forecaster.before_step_one_s > 0 and tracker.summary.startswith("run took")
 
 
 def test_the_postfix_helper_puts_the_eta_in_your_own_bar():
@@ -235,7 +235,7 @@ def test_an_untraceable_model_trains_on_with_one_warning_and_a_measured_eta(capf
     assert remaining[0] is None and remaining[-2] is not None  # measured once batches were timed
     err = capfd.readouterr().err
     assert "Traceback" not in err and "fake" not in err.lower()
-    assert tracker.summary.startswith("fit took") and "predicted before step one" not in tracker.summary
+    assert tracker.summary.startswith("run took") and "predicted before step one" not in tracker.summary
 
 
 def test_only_the_local_main_process_predicts_shows_and_prints(monkeypatch, capfd):

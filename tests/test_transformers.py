@@ -58,8 +58,8 @@ def test_a_trainer_run_shows_the_eta_in_its_bar_and_logs_and_follows_its_schedul
     assert callback.tracker.advice_as_warning  # PrecisionAdvice (test_tracker.py::test_advice_as_a_warning)
     err = capfd.readouterr().err
     assert re.search(r"eta=\d{2}:\d{2} 32-true\]", err)
-    assert "ptp: predicted fit " in err and "on NVIDIA H100 SXM5 80GB" in err and "(16 batches)" in err
-    assert "ptp: fit took" in err and "checkpoints" in callback.tracker.summary
+    assert "ptp: predicted run " in err and "on NVIDIA H100 SXM5 80GB" in err and "(16 batches)" in err
+    assert "ptp: run took" in err and "checkpoints" in callback.tracker.summary
 
 
 def test_resume_restores_the_calibration_and_starts_where_the_checkpoint_left(tmp_path):
