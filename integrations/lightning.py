@@ -48,8 +48,8 @@ from ptp_callback.precision import PrecisionSpec
 from ptp_callback.report import plan_line, report_line
 from ptp_callback.run_prediction import RunPrediction, advice_cost_s, precision_advice, predict_run
 
-from .lightning_module import (batch_hooks, communication, has_validation, precision_spec, predicts_the_run_device,
-                               quiet_logging, step_code_key, training_step, validation_step)
+from .lightning_module import (add_bar_metric, batch_hooks, communication, has_validation, precision_spec,
+                               predicts_the_run_device, quiet_logging, step_code_key, training_step, validation_step)
 from .lightning_schedule import read_checkpoints, read_schedule, time_limit_used
 
 log = logging.getLogger("lightning.pytorch.ptp_callback")  # printed and configured like Lightning's own lines
@@ -102,7 +102,7 @@ class PrecisionTimeCallback(Callback):
         self._restored: dict[str, Any] | None = None
         self._warned: set[str] = set()
         self._last_refresh = -float("inf")
-        self._bar: Any = None
+        self._remove_bar_metric: Callable[[], None] = lambda: None
         self._example: Any = None
 
     # ---------------------------------------------------------------- failures never break a fit
@@ -148,7 +148,7 @@ class PrecisionTimeCallback(Callback):
             if self._advice_cost_s() < 0.005 * (forecaster.predicted_total_s or 0.0):
                 self._advise(trainer, pl_module, forecaster.predicted_total_s)
         if self.show_in_progress_bar:
-            self._install_bar_metric(trainer)
+            self._remove_bar_metric = add_bar_metric(trainer, "eta", lambda: self.eta_text)
         self._refresh(force=True)
 
     def _predict(self, trainer: Trainer, pl_module: LightningModule, spec: PrecisionSpec | None,
@@ -295,24 +295,6 @@ class PrecisionTimeCallback(Callback):
             metrics["ptp/step_s_measured"] = measured * trainer.accumulate_grad_batches
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=step)
-
-    def _install_bar_metric(self, trainer: Trainer) -> None:
-        bar = trainer.progress_bar_callback
-        if bar is None or not hasattr(bar, "get_metrics"):
-            return
-        original = bar.get_metrics
-
-        def get_metrics(trainer: Trainer, pl_module: LightningModule) -> dict[str, Any]:
-            metrics = original(trainer, pl_module)
-            return {**metrics, "eta": self.eta_text} if self.eta_text else metrics
-
-        bar.get_metrics = get_metrics  # an instance attribute: removed again at fit end
-        self._bar = bar
-
-    def _remove_bar_metric(self) -> None:
-        if self._bar is not None and "get_metrics" in vars(self._bar):
-            del self._bar.get_metrics
-        self._bar = None
 
     # ------------------------------------------------------------------------------ fit end
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:

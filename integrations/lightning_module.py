@@ -20,8 +20,30 @@ from ptp_callback.devices import DeviceSpec
 from ptp_callback.precision import PRECISIONS, PrecisionSpec
 from ptp_callback.trace_cache import code_key
 
-__all__ = ["batch_hooks", "communication", "has_validation", "precision_spec", "predicts_the_run_device",
-           "quiet_logging", "step_code_key", "training_step", "validation_step"]
+__all__ = ["add_bar_metric", "batch_hooks", "communication", "has_validation", "precision_spec",
+           "predicts_the_run_device", "quiet_logging", "step_code_key", "training_step", "validation_step"]
+
+
+def add_bar_metric(trainer: Trainer, name: str, text: Callable[[], str]) -> Callable[[], None]:
+    """Show ``text()`` as the metric ``name`` in the trainer's progress bar (TQDM or Rich: both take
+    extra metrics from ``get_metrics``); returns the function that takes it out again."""
+    bar = trainer.progress_bar_callback
+    if bar is None or not hasattr(bar, "get_metrics"):
+        return lambda: None
+    original = bar.get_metrics
+
+    def get_metrics(trainer: Trainer, pl_module: LightningModule) -> dict[str, Any]:
+        metrics = original(trainer, pl_module)
+        shown = text()
+        return {**metrics, name: shown} if shown else metrics
+
+    bar.get_metrics = get_metrics  # an instance attribute over the class's method
+
+    def remove() -> None:
+        if vars(bar).get("get_metrics") is get_metrics:
+            del bar.get_metrics
+
+    return remove
 
 
 def precision_spec(trainer: Trainer) -> PrecisionSpec | None:
