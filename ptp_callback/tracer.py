@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, is_dataclass, replace
 from typing import Any
@@ -41,9 +42,11 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .costs import OpCost, describe_op, op_kind
+from .attention import run_sdpa
+from .costs import OpCost, describe_op, is_known, op_kind
 from .cuda_autocast import cuda_autocast_on_cpu
 from .precision import PrecisionSpec, as_precision
+from .recurrent import is_rnn, run_rnn
 
 StepFn = Callable[[torch.nn.Module, Any], Any]
 OptimizerArg = torch.optim.Optimizer | Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer] | None
@@ -53,6 +56,10 @@ PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
 
 class TraceError(RuntimeError):
     """The step could not be traced; the message names the op and module that stopped it."""
+
+
+class TraceWarning(UserWarning):
+    """The trace holds ops the cost model has no rule for (priced by the bytes they move)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +127,8 @@ class Trace:
     # Bytes of the optimizer's state after a step (Adam's two moments, SGD's momentum buffers...):
     # with the parameters, what a checkpoint holds.
     optimizer_state_bytes: int = 0
+    # Ops the cost model has no rule for, with their count: priced by their bytes, and warned about.
+    unknown_ops: dict[str, int] = field(default_factory=dict)
 
     @property
     def proxy(self) -> bool:
@@ -159,9 +168,7 @@ class _Recorder(TorchDispatchMode):
         self.views = 0
         self.module_calls = 0
         self.failed_op: str | None = None
-        # Dropout that CUDA's fused attention applies in-kernel (set while tracing SDPA without it).
-        self.attention_dropout = False
-        self._dropout_of_forward_attention: list[bool] = []
+        self.unknown: dict[str, int] = {}  # ops the cost model has no rule for, and how often
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
@@ -179,26 +186,19 @@ class _Recorder(TorchDispatchMode):
             return out
         cost = describe_op(func, args, kwargs, out, matmul_tf32=self.spec.matmul_tf32,
                            conv_tf32=self.spec.conv_tf32, phase=self.phase)
-        if cost.op_class == "attention":
-            cost = self._with_attention_dropout(cost)
-        in_shapes, in_dtypes = _meta_of((args, kwargs))
-        out_shapes, out_dtypes = _meta_of(out)
-        self.ops.append(OpRecord(str(func), self.phase, self.module_of(), cost, in_shapes, in_dtypes,
-                                 out_shapes, out_dtypes, self.views, self.module_calls,
-                                 replay=_replay_spec(args, kwargs) if cost.kernels else None))
-        self.views = 0
-        self.module_calls = 0
+        if not is_known(func):
+            self.unknown[str(func)] = self.unknown.get(str(func), 0) + 1
+        self.record(str(func), cost, (args, kwargs), out, _replay_spec(args, kwargs) if cost.kernels else None)
         return out
 
-    def _with_attention_dropout(self, cost: OpCost) -> OpCost:
-        # Backward attention ops run in reverse order of their forwards: pair them LIFO.
-        if not cost.backward:
-            dropout = cost.dropout or self.attention_dropout
-            self._dropout_of_forward_attention.append(dropout)
-        else:
-            dropout = cost.dropout or (self._dropout_of_forward_attention.pop()
-                                       if self._dropout_of_forward_attention else False)
-        return cost if dropout == cost.dropout else replace(cost, dropout=dropout)
+    def record(self, name: str, cost: OpCost, inputs: Any, outputs: Any, replay: Any = None) -> None:
+        """Append one op record, charging it the metadata ops and module calls since the last one."""
+        in_shapes, in_dtypes = _meta_of(inputs)
+        out_shapes, out_dtypes = _meta_of(outputs)
+        self.ops.append(OpRecord(name, self.phase, self.module_of(), cost, in_shapes, in_dtypes,
+                                 out_shapes, out_dtypes, self.views, self.module_calls, replay=replay))
+        self.views = 0
+        self.module_calls = 0
 
     def pseudo(self, name: str, params: int = 0) -> None:
         """Record host work that no aten op shows (a sync, a per-parameter Python loop)."""
@@ -256,33 +256,27 @@ class _ModulePath:
         self.tracker.__exit__(*exc)
 
 
-class _CudaKernelChoices(TorchFunctionMode):
-    """Traces SDPA and dropout as CUDA runs them (see module doc).
+class _CudaKernels(TorchFunctionMode):
+    """Records attention, recurrent layers and dropout as a CUDA GPU runs them (see module doc).
 
-    CUDA's fused SDPA kernels apply dropout inside the kernel, so SDPA is traced with dropout
-    off; CUDA's dropout is one fused ``native_dropout`` kernel where CPU uses three
-    (``bernoulli_``, ``div_``, ``mul``).
+    Active for every CUDA target, on the CPU proxy and on a local GPU alike, so that both record
+    the same kernels: SDPA as one fused kernel (``attention.py``), ``nn.LSTM``/``GRU``/``RNN`` as one
+    cuDNN call (``recurrent.py``). On the CPU proxy dropout is traced as CUDA's one fused
+    ``native_dropout`` kernel where CPU runs three (``bernoulli_``, ``div_``, ``mul``).
     """
 
-    def __init__(self, recorder: _Recorder) -> None:
+    def __init__(self, recorder: _Recorder, proxy: bool) -> None:
         super().__init__()
         self.recorder = recorder
+        self.proxy = proxy
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         if func is torch.nn.functional.scaled_dot_product_attention:
-            dropout_p = args[4] if len(args) > 4 else kwargs.get("dropout_p", 0.0)
-            if dropout_p:
-                if len(args) > 4:
-                    args = (*args[:4], 0.0, *args[5:])
-                else:
-                    kwargs = {**kwargs, "dropout_p": 0.0}
-                self.recorder.attention_dropout = True
-                try:
-                    return func(*args, **kwargs)
-                finally:
-                    self.recorder.attention_dropout = False
-        elif func is torch.nn.functional.dropout:
+            return run_sdpa(func, args, kwargs, self.recorder)
+        if is_rnn(func):
+            return run_rnn(func, args, kwargs, self.recorder, self.recorder.spec.conv_tf32)
+        if self.proxy and func is torch.nn.functional.dropout:
             p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
             training = args[2] if len(args) > 2 else kwargs.get("training", True)
             if training and 0.0 < p < 1.0 and isinstance(args[0], torch.Tensor):
@@ -513,8 +507,8 @@ def _trace(
         if not train:
             stack.enter_context(torch.no_grad())
         stack.enter_context(module_path)
-        if proxy_for_cuda:
-            stack.enter_context(_CudaKernelChoices(recorder))
+        if target_type == "cuda":
+            stack.enter_context(_CudaKernels(recorder, proxy=proxy_for_cuda))
         stack.enter_context(recorder)
         try:
             with recorder.in_phase("forward"), _autocast(spec, device, proxy_for_cuda, mappings):
@@ -543,6 +537,10 @@ def _trace(
             ) from exc
 
     unique = list(dict.fromkeys(model.parameters()))
+    notes = []
+    if recorder.unknown:
+        notes.append(_unknown_ops_message(recorder.unknown, len(recorder.ops)))
+        warnings.warn(f"ptp: {notes[-1]}", TraceWarning, stacklevel=4)
     return Trace(
         ops=recorder.ops,
         precision=spec,
@@ -556,7 +554,16 @@ def _trace(
         mappings=tuple(mappings),
         optimizer_name=type(optimizer_copy).__name__ if optimizer_copy is not None else "",
         optimizer_state_bytes=_state_bytes(optimizer_copy) if optimizer_copy is not None else 0,
+        notes=notes,
+        unknown_ops=dict(recorder.unknown),
     )
+
+
+def _unknown_ops_message(unknown: dict[str, int], total: int) -> str:
+    count = sum(unknown.values())
+    listed = ", ".join(f"{name} x{n}" for name, n in sorted(unknown.items(), key=lambda kv: -kv[1]))
+    return (f"the cost model has no rule for {len(unknown)} op(s) making {count} of {total} recorded ops "
+            f"({100.0 * count / max(1, total):.1f}%), priced by the bytes they move: {listed}")
 
 
 def _state_bytes(optimizer: torch.optim.Optimizer) -> int:
