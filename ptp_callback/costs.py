@@ -365,13 +365,20 @@ def _conv_dims(func: torch._ops.OpOverload, args: tuple, kwargs: dict, out: list
 
 
 def conv_family(dims: tuple[int, ...]) -> str:
-    """``dense``, ``pointwise`` (1x1: a plain GEMM), ``grouped`` or ``depthwise`` (one channel per group)."""
+    """The kernel family cuDNN runs a convolution with.
+
+    ``pointwise``: 1x1, stride 1 -- in NCHW a plain batched GEMM, no layout change;
+    ``strided_pointwise``: 1x1 with a stride (a strided gather of the input); ``dense``: any other
+    ungrouped convolution (implicit GEMM); ``grouped``; ``depthwise`` (one input channel per group).
+    """
     if not dims:
         return "dense"
-    _n, c_in, _c_out, _ip, _op, kernel, groups, _stride = dims
+    _n, c_in, _c_out, _ip, _op, kernel, groups, stride = dims
     if groups > 1:
         return "depthwise" if groups == c_in else "grouped"
-    return "pointwise" if kernel == 1 else "dense"
+    if kernel == 1:
+        return "pointwise" if stride == 1 else "strided_pointwise"
+    return "dense"
 
 
 def conv_gemms(dims: tuple[int, ...], passes: tuple[str, ...]) -> tuple[tuple[int, int, int, int], ...]:
@@ -386,6 +393,9 @@ def conv_gemms(dims: tuple[int, ...], passes: tuple[str, ...]) -> tuple[tuple[in
     shapes = {"fwd": (groups, n * out_px, co, ci * kernel), "dgrad": (groups, n * in_px, ci, co * kernel),
               "wgrad": (groups, co, ci * kernel, n * out_px)}
     return tuple(shapes[p] for p in passes)
+
+
+_NO_GEMM = (0, 0, 0, 0)
 
 
 def _nchw_bytes(func: torch._ops.OpOverload, args: tuple, kwargs: dict, outputs: list[torch.Tensor]) -> float:
@@ -466,16 +476,23 @@ def describe_op(
         flops = float(formula(*args, **kwargs, out_val=out)) if formula else 0.0
         dims = _conv_dims(func, args, kwargs, outputs)
         kernel_family = conv_family(dims)
+        if name == "convolution_backward" and dims and dims[6] > 1:
+            # flop_counter's backward formula ignores groups (PyTorch 2.14 counts a depthwise 3x3
+            # backward 65x too high); each gradient pass does the forward's multiply-adds.
+            mask = _arg(func, args, kwargs, "output_mask", [True, True, False])
+            n, c_in, c_out, _in_px, out_px, kernel, groups, _stride = dims
+            flops = 2.0 * n * out_px * c_out * (c_in // groups) * kernel * sum(1 for on in mask[:2] if on)
         if kernel_family == "depthwise":
             op_class = "conv_dw"
         elif dims:
             if dtype_key == "fp32" and conv_tf32:
                 dtype_key = "tf32"
-            passes = ("fwd",)
             if name == "convolution_backward":
+                # Always (data gradient, weight gradient); a pass the mask leaves out is empty.
                 mask = _arg(func, args, kwargs, "output_mask", [True, True, False])
-                passes = tuple(p for p, on in zip(("dgrad", "wgrad"), mask[:2]) if on)
-            gemms = conv_gemms(dims, passes)
+                gemms = tuple(g if on else _NO_GEMM for g, on in zip(conv_gemms(dims, ("dgrad", "wgrad")), mask[:2]))
+            else:
+                gemms = conv_gemms(dims, ("fwd",))
             if dtype_key != "fp32" and dtype_key != "fp64":
                 layout = _nchw_bytes(func, args, kwargs, outputs)
     elif op_class == "attention":

@@ -44,7 +44,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .attention import run_sdpa
 from .costs import OpCost, describe_op, is_known, op_kind
-from .cuda_autocast import cuda_autocast_on_cpu
+from .cuda_autocast import casts_to_fp32, cuda_autocast_on_cpu
+from .fused import run_rms_norm
 from .precision import PrecisionSpec, as_precision
 from .recurrent import is_rnn, run_rnn
 
@@ -261,7 +262,7 @@ class _CudaKernels(TorchFunctionMode):
 
     Active for every CUDA target, on the CPU proxy and on a local GPU alike, so that both record
     the same kernels: SDPA as one fused kernel (``attention.py``), ``nn.LSTM``/``GRU``/``RNN`` as one
-    cuDNN call (``recurrent.py``). On the CPU proxy dropout is traced as CUDA's one fused
+    cuDNN call (``recurrent.py``), ``F.rms_norm`` as its fused kernel (``fused.py``). On the CPU proxy dropout is traced as CUDA's one fused
     ``native_dropout`` kernel where CPU runs three (``bernoulli_``, ``div_``, ``mul``).
     """
 
@@ -276,6 +277,8 @@ class _CudaKernels(TorchFunctionMode):
             return run_sdpa(func, args, kwargs, self.recorder)
         if is_rnn(func):
             return run_rnn(func, args, kwargs, self.recorder, self.recorder.spec.conv_tf32)
+        if func is torch.nn.functional.rms_norm or func is torch.rms_norm:
+            return run_rms_norm(func, args, kwargs, self.recorder, casts_to_fp32("rms_norm"))
         if self.proxy and func is torch.nn.functional.dropout:
             p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
             training = args[2] if len(args) > 2 else kwargs.get("training", True)
@@ -588,3 +591,49 @@ def _autocast(spec: PrecisionSpec, device: torch.device, proxy_for_cuda: bool, m
                 mappings.append("autocast: CUDA cast policy replayed on CPU")
         stack.enter_context(torch.autocast(device.type, dtype=spec.autocast_dtype))
         yield
+
+
+class OpContext:
+    """What :func:`record_ops` hands its function: the phase and autocast switches of a step."""
+
+    def __init__(self, recorder: _Recorder, spec: PrecisionSpec, mappings: list[str]) -> None:
+        self._recorder = recorder
+        self._spec = spec
+        self._mappings = mappings
+
+    def phase(self, name: str) -> contextlib.AbstractContextManager[None]:
+        """Record what runs inside as ``forward``, ``backward`` or ``optimizer`` work."""
+        return self._recorder.in_phase(name)
+
+    def autocast(self) -> contextlib.AbstractContextManager[None]:
+        """The precision's autocast (CUDA's cast policy), as a training step's forward runs in."""
+        return _autocast(self._spec, torch.device("cpu"), True, self._mappings)
+
+    def setup(self) -> contextlib.AbstractContextManager[None]:
+        """Work not to record (building the tensors and modules the recorded ops use)."""
+        return self._recorder.paused()
+
+
+def record_ops(fn: Callable[[OpContext], Any], precision: str | int | PrecisionSpec = "32-true") -> list[OpRecord]:
+    """The op records of ``fn`` as a step traced for a CUDA target would hold them.
+
+    ``fn`` builds its own tensors and modules under ``ctx.setup()`` (they are fake: nothing is
+    allocated) and runs a few ops; it may wrap work in ``ctx.phase("backward")`` and
+    ``ctx.autocast()``. For pinning the cost of single ops (tests, the per-op benchmarks) with the
+    very records a trace holds.
+
+    >>> def matmul(ctx):
+    ...     with ctx.setup():
+    ...         a, b = torch.randn(64, 32), torch.randn(32, 16)
+    ...     a @ b
+    >>> [(op.name, op.cost.flops) for op in record_ops(matmul)]
+    [('aten.mm.default', 65536.0)]
+    """
+    spec = as_precision(precision)
+    recorder_ref: list[_Recorder] = []
+    module_path = _ModulePath(recorder_ref)
+    recorder = _Recorder(spec, module_path.current)
+    recorder_ref.append(recorder)
+    with FakeTensorMode(allow_non_fake_inputs=True), module_path, _CudaKernels(recorder, proxy=True), recorder:
+        fn(OpContext(recorder, spec, []))
+    return recorder.ops
