@@ -5,12 +5,13 @@ usage: python benchmarks/fit_coefficients.py [--rounds N] [--train-fraction F] [
 
 Stage 1 (op level, ``data/ops.jsonl``): every measured op of the shape grids, recorded as a trace
 records it (``op_data.py``), is predicted as ``max(device time, host time)`` -- a tiny op's CUDA
-events measure the host issuing it -- and each class's parameters (efficiencies, tile and K-fill
-terms, misaligned-kernel rates, convolution families and passes, attention and recurrent
-terms, bandwidth efficiencies and latencies) are fitted to those rows alone, by coordinate
-descent on the squared log error with a weak pull toward physical starting values. The host
-costs per op come from the ``host`` rows (tiny ops issued in a loop, with and without autocast,
-forward and backward, an AdamW step over 100 parameters).
+events measure the host issuing it. The host costs per op come from the ``host`` rows (tiny ops
+issued in a loop, with and without autocast, forward and backward, an AdamW step over 100
+parameters); then each class's device parameters (efficiencies, tile and K-fill terms,
+misaligned-kernel rates, convolution families and passes, attention and recurrent terms,
+bandwidth efficiencies and latencies) are fitted to that class's device-bound rows (measured at
+least twice the host time), by coordinate descent on the squared log error (linear beyond 70%)
+with a weak pull toward physical starting values.
 
 Stage 2 (step level, ``data/steps.jsonl``): the few constants no op row can show -- the step
 loop's own host time and the device's per-kernel floor and launch latency -- are fitted on
@@ -41,7 +42,7 @@ from op_data import Measurement  # noqa: E402
 from ptp_callback.coefficients import HOPPER, CostCoefficients  # noqa: E402
 from ptp_callback.devices import get_device  # noqa: E402
 from ptp_callback.kernels import kernel_seconds  # noqa: E402
-from ptp_callback.predict import host_seconds, simulate  # noqa: E402
+from ptp_callback.predict import host_seconds, simulate, step_host_seconds  # noqa: E402
 
 DEVICE = get_device("h100-sxm")
 Param = tuple[str, str | None, float, float]  # (coefficient table, key or None for a scalar, low, high)
@@ -52,10 +53,10 @@ _HALF = ("bf16", "fp16")
 # Stage 1: which parameters each group of op rows fits.
 OP_PARAMS: dict[str, list[Param]] = {
     "host": [
-        ("host_op_s", "forward", 2e-6, 40e-6), ("host_op_s", "backward", 2e-6, 40e-6),
+        ("host_op_s", "forward", 2e-6, 30e-6), ("host_op_s", "backward", 2e-6, 20e-6),
         ("host_op_s", "optimizer", 2e-6, 40e-6), ("host_view_s", None, 0.2e-6, 5e-6),
         ("host_module_s", None, 1e-6, 30e-6), ("host_launch_s", None, 0.5e-6, 10e-6),
-        ("host_call_s", "backward", 5e-6, 400e-6), ("host_call_s", "autocast", 2e-6, 100e-6),
+        ("host_call_s", "backward", 5e-6, 600e-6), ("host_call_s", "autocast", 2e-6, 100e-6),
         ("host_param_s", "ptp.optimizer_python", 0.5e-6, 30e-6),
     ],
     "gemm": [
@@ -97,9 +98,10 @@ OP_PARAMS: dict[str, list[Param]] = {
     "norm": [
         ("mem_eff", "norm:fwd", 0.05, 1.0), ("mem_eff", "norm:bwd", 0.05, 1.0),
         ("latency_s", "norm:fwd", 0.0, 50e-6), ("latency_s", "norm:bwd", 0.0, 50e-6),
-        ("mem_eff", "batch_norm:fwd", 0.01, 1.0), ("mem_eff", "batch_norm:bwd", 0.01, 1.0),
-        ("mem_eff", "batch_norm_native:fwd", 0.01, 1.0), ("mem_eff", "batch_norm_native:bwd", 0.01, 1.0),
-        ("latency_s", "batch_norm", 0.0, 50e-6), ("latency_s", "batch_norm_native", 0.0, 50e-6),
+        ("latency_s", "norm_row:fwd", 1e-9, 1e-6), ("latency_s", "norm_row:bwd", 1e-9, 1e-6),
+        *[("mem_eff", f"{c}:{p}", 0.01, 1.0) for c in ("batch_norm", "batch_norm_native") for p in ("fwd", "bwd")],
+        *[("latency_s", f"{c}:{p}", 0.0, 80e-6) for c in ("batch_norm", "batch_norm_native") for p in ("fwd", "bwd")],
+        *[("extra", f"{c}_channels_half:{p}", 0.0, 2000.0) for c in ("batch_norm", "batch_norm_native") for p in ("fwd", "bwd")],
     ],
     "memory": [
         ("mem_eff", "elementwise", 0.3, 1.0), ("mem_eff", "cast", 0.2, 1.0), ("mem_eff", "reduction", 0.2, 1.0),
@@ -107,10 +109,17 @@ OP_PARAMS: dict[str, list[Param]] = {
         ("mem_eff", "embedding:bwd", 0.02, 1.0),
     ],
 }
-# Stage 2: the constants only whole steps show (per-step host time, per-kernel device floor).
+# Stage 2: the constants only whole steps show -- the step loop's own host time, how fast the
+# training loop issues ops relative to the op benchmark's loop, the device's floor per kernel
+# and the launch latency -- and where each refit starts (physical first guesses).
 STEP_PARAMS: list[Param] = [
-    ("host_step_s", None, 5e-6, 2e-3), ("kernel_floor_s", None, 0.5e-6, 10e-6), ("launch_latency_s", None, 0.5e-6, 20e-6),
+    ("host_step_s", None, 5e-6, 2e-3), ("extra", "host_scale", 0.5, 2.0), ("kernel_floor_s", None, 0.5e-6, 10e-6),
+    ("launch_latency_s", None, 0.5e-6, 20e-6),
 ]
+STEP_START: dict[tuple[str, str | None], float] = {
+    ("host_step_s", None): 100e-6, ("extra", "host_scale"): 1.0, ("kernel_floor_s", None): 2.5e-6,
+    ("launch_latency_s", None): 4e-6,
+}
 PRIOR_WEIGHT = 0.002  # pulls a parameter the data cannot pin back toward its starting value
 
 
@@ -206,6 +215,12 @@ def predict_measurement(m: Measurement, coef: CostCoefficients) -> float:
     return max(device, host) * 1e6
 
 
+def device_bound(m: Measurement, coef: CostCoefficients) -> bool:
+    """Whether the measured time is at least twice what the host needed to issue the op: only
+    then does it say much about the device (a tiny op's time is the benchmark loop's host time)."""
+    return m.group != "host" and m.us >= 2.0 * _host_of(m, coef) * 1e6
+
+
 def op_loss(measurements: list[Measurement]) -> Callable[[CostCoefficients], float]:
     def loss(coef: CostCoefficients) -> float:
         total = 0.0
@@ -248,6 +263,10 @@ def fit_ops(measurements: list[Measurement], start: CostCoefficients = HOPPER, r
         by_group[m.group].append(m)
     for group in ("host", "memory", "norm", "gemm", "conv", "attention", "recurrent"):
         rows = by_group.get(group, [])
+        if group != "host":
+            # Device coefficients from the rows the device bounds: a tiny op's time is the
+            # benchmark's host loop (see device_bound), which the host rows already fitted.
+            rows = [m for m in rows if device_bound(m, coef)]
         if not rows:
             continue
         started = time.perf_counter()
@@ -270,31 +289,86 @@ class StepCase:
     trace: Any
 
 
-def step_loss(cases: list[StepCase]) -> Callable[[CostCoefficients], float]:
+class StepTimeline:
+    """One measured step's per-op host and kernel times under fixed stage-1 coefficients, so that
+    the stage-2 constants can be refitted in milliseconds: the same two-timeline walk as
+    ``predict.simulate`` (checked by :meth:`check`), with only those constants free."""
+
+    def __init__(self, case: StepCase, coef: CostCoefficients) -> None:
+        self.case = case
+        no_floor = replace(coef, kernel_floor_s=0.0)
+        ops = case.trace.ops
+        self.host = [host_seconds(op, coef) for op in ops]
+        self.body = [kernel_seconds(op, DEVICE, no_floor) for op in ops]
+        self.kernels = [op.cost.kernels for op in ops]
+        self.sync = [op.name == "ptp.sync" for op in ops]
+        self.calls = (step_host_seconds(case.trace, coef) - coef.host_step_s) / coef.extra.get("host_scale", 1.0)
+
+    def step_s(self, coef: CostCoefficients) -> float:
+        scale = coef.extra.get("host_scale", 1.0)
+        latency, floor = coef.launch_latency_s, coef.kernel_floor_s
+        host = end = coef.host_step_s + self.calls * scale
+        dev = 0.0
+        for h, body, n, sync in zip(self.host, self.body, self.kernels, self.sync):
+            host += h * scale
+            if sync and dev > host:
+                host = dev
+            if n:
+                start = host + latency
+                dev = (dev if dev > start else start) + body + floor * n
+        return max(host, dev, end)
+
+    def check(self, coef: CostCoefficients) -> None:
+        expected = simulate(self.case.trace, DEVICE, coef).step_s
+        if abs(self.step_s(coef) / expected - 1.0) > 1e-9:
+            raise AssertionError(f"fast timeline {self.step_s(coef)} != simulate {expected} ({self.case.workload})")
+
+
+def step_loss(timelines: list[StepTimeline]) -> Callable[[CostCoefficients], float]:
     def loss(coef: CostCoefficients) -> float:
-        return sum(math.log(simulate(c.trace, DEVICE, coef).step_s / c.measured_s) ** 2 for c in cases) / len(cases)
+        return sum(math.log(t.step_s(coef) / t.case.measured_s) ** 2 for t in timelines) / len(timelines)
     return loss
 
 
-def fit_steps(cases: list[StepCase], coef: CostCoefficients, rounds: int = 30) -> CostCoefficients:
-    """Stage 2: the per-step constants of :data:`STEP_PARAMS` on whole steps; nothing else moves."""
-    return coordinate_descent(step_loss(cases), coef, STEP_PARAMS, rounds)
+def fit_steps(timelines: list[StepTimeline], coef: CostCoefficients, rounds: int = 40) -> CostCoefficients:
+    """Stage 2: the per-step constants of :data:`STEP_PARAMS` on whole steps, from their starting
+    values in ``STEP_START``; nothing else moves."""
+    start = with_params(coef, STEP_PARAMS, [STEP_START[(t, k)] for t, k, _lo, _hi in STEP_PARAMS])
+    return coordinate_descent(step_loss(timelines), start, STEP_PARAMS, rounds)
 
 
-def render_python(coef: CostCoefficients) -> str:
+def render_python(coef: CostCoefficients, width: int = 116) -> str:
     """The coefficients as the Python literal of ``ptp_callback/coefficients.py``."""
     def fmt(value: Any) -> str:
-        if isinstance(value, dict):
-            return "{" + ", ".join(f"{k!r}: {fmt(v)}" for k, v in value.items()) + "}"
         if isinstance(value, float):
             return f"{value:.4g}"
         return repr(value)
 
+    lines = ["HOPPER = CostCoefficients("]
     fields = ("gemm_eff", "gemm_k_fill", "gemm_tile_eff", "conv_eff", "attention_eff", "mem_eff", "kernel_floor_s",
               "host_op_s", "host_view_s", "host_module_s", "host_param_s", "host_launch_s", "launch_latency_s",
               "sync_s", "host_step_s", "compute_eff", "latency_s", "recurrent", "host_call_s", "host_class_s", "source",
               "extra")
-    return "HOPPER = CostCoefficients(\n" + "".join(f"    {f}={fmt(getattr(coef, f))},\n" for f in fields) + ")"
+    for name in fields:
+        value = getattr(coef, name)
+        if not isinstance(value, dict):
+            lines.append(f"    {name}={fmt(value)},")
+            continue
+        head = f"    {name}={{"
+        current = head
+        items = [f"{k!r}: {fmt(v)}" for k, v in value.items()]
+        for i, item in enumerate(items):
+            piece = item + ("," if i < len(items) - 1 else "},")
+            if len(current) + len(piece) + 1 > width and current.strip() != head.strip():
+                lines.append(current.rstrip())
+                current = " " * len(head) + piece + " "
+            else:
+                current += piece + " "
+        if not items:
+            current += "},"
+        lines.append(current.rstrip())
+    lines.append(")")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -310,7 +384,9 @@ def main() -> None:
     coef = fit_ops(measurements, HOPPER, args.rounds)
     cases = step_data.load_cases()
     print(f"stage 2, step level, on {len(cases)} measured steps")
-    coef = fit_steps(cases, coef, args.rounds)
+    timelines = [StepTimeline(c, coef) for c in cases]
+    coef = fit_steps(timelines, coef, args.rounds)
+    timelines[0].check(coef)
     for table, key, _lo, _hi in STEP_PARAMS:
         print(f"  {table}{'' if key is None else f'[{key!r}]'} = {get_param(coef, table, key):.4g}")
     coef = replace(coef, source=f"fitted by benchmarks/fit_coefficients.py on {time.strftime('%Y-%m-%d')}: "

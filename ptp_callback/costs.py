@@ -200,10 +200,11 @@ def is_known(func: torch._ops.OpOverload) -> bool:
 
 @lru_cache(maxsize=None)
 def op_kind(func: torch._ops.OpOverload) -> str:
-    """``"view"`` (metadata only), ``"host"`` (no kernel) or ``"kernel"``; cached per overload."""
+    """``"free"`` (no work in a real step), ``"view"`` (metadata only), ``"host"`` (no kernel) or
+    ``"kernel"``; cached per overload."""
     name = func.overloadpacket.__name__
     if func.namespace == "prim" or func.namespace == "profiler":
-        return "view"
+        return "free"  # fake-tensor metadata queries and profiler markers: no work in a real step
     if func.is_view or name in ("detach", "alias", "lift_fresh", "_unsafe_view", "view", "_reshape_alias",
                                 "unsafe_split", "unsafe_chunk"):
         return "view"
@@ -406,6 +407,21 @@ def _nchw_bytes(func: torch._ops.OpOverload, args: tuple, kwargs: dict, outputs:
     return float(sum(2 * t.numel() * t.element_size() for t in tensors if t.shape[1] > 1 or t.dim() != 4))
 
 
+def _norm_rows(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[int, ...]:
+    """``(rows, row width)`` a layer/group norm kernel normalizes (one row per reduction)."""
+    name = func.overloadpacket.__name__
+    x = args[1] if name.endswith("_backward") and len(args) > 1 else args[0] if args else None
+    if not isinstance(x, torch.Tensor) or x.numel() == 0:
+        return ()
+    if "group_norm" in name:
+        groups = _arg(func, args, kwargs, "group", 1) or 1
+        rows = int(x.shape[0]) * int(groups)
+    else:
+        normalized = _arg(func, args, kwargs, "normalized_shape", [x.shape[-1]])
+        rows = x.numel() // max(1, math.prod(normalized))
+    return (rows, x.numel() // max(1, rows))
+
+
 def _cudnn_batch_norm(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> bool:
     """CUDA's rule (aten/src/ATen/native/Normalization.cpp, _batch_norm_impl_index): cuDNN runs
     batch norm unless the input or weight is bf16, or the input is fp16 with non-fp32 weights."""
@@ -497,8 +513,14 @@ def describe_op(
                 layout = _nchw_bytes(func, args, kwargs, outputs)
     elif op_class == "attention":
         flops, causal, dropout = _attention_flops(func, args, kwargs)
-    elif op_class == "batch_norm" and not _cudnn_batch_norm(func, args, kwargs):
-        op_class = "batch_norm_native"
+    elif op_class == "batch_norm":
+        if not _cudnn_batch_norm(func, args, kwargs):
+            op_class = "batch_norm_native"
+        x = args[0] if args and isinstance(args[0], torch.Tensor) and args[0].dim() >= 2 else None
+        if x is not None and x.shape[1]:
+            dims = (x.numel() // x.shape[1], int(x.shape[1]))  # (elements per channel, channels)
+    elif op_class == "norm":
+        dims = _norm_rows(func, args, kwargs)
     elif op_class is None:
         op_class = "elementwise"
         if name == "copy_" and len(args) > 1 and isinstance(args[1], torch.Tensor):

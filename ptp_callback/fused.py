@@ -23,10 +23,11 @@ def _nbytes(tensors: tuple) -> float:
     return float(sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor)))
 
 
-def _cost(inputs: tuple, outputs: tuple, dtype: torch.dtype, backward: bool) -> OpCost:
+def _cost(inputs: tuple, outputs: tuple, dtype: torch.dtype, backward: bool, rows: int) -> OpCost:
     # Two kernels backward: the input gradient, and the weight gradient's column reduction.
+    x = inputs[1] if backward else inputs[0]
     return OpCost("norm", 0.0, _nbytes(inputs) + _nbytes(outputs), 2 if backward else 1, DTYPE_KEYS.get(dtype, "fp32"),
-                  backward=backward, kernel="rms_norm")
+                  backward=backward, kernel="rms_norm", dims=(rows, x.numel() // max(1, rows)))
 
 
 class _FusedRmsNorm(torch.autograd.Function):
@@ -36,7 +37,7 @@ class _FusedRmsNorm(torch.autograd.Function):
             out = torch.empty_like(x)
             rstd = x.new_empty((rows,), dtype=torch.float32 if x.dtype != torch.float64 else x.dtype)
         inputs = (x,) if weight is None else (x, weight)
-        recorder.record(NAMES[False], _cost(inputs, (out, rstd), x.dtype, False), inputs, (out, rstd))
+        recorder.record(NAMES[False], _cost(inputs, (out, rstd), x.dtype, False, rows), inputs, (out, rstd))
         ctx.recorder, ctx.saved = recorder, (x, weight, rstd)
         return out
 
@@ -48,7 +49,7 @@ class _FusedRmsNorm(torch.autograd.Function):
             grad_w = torch.empty_like(weight) if weight is not None and ctx.needs_input_grad[1] else None
         inputs = tuple(t for t in (grad, x, rstd, weight) if t is not None)
         outputs = tuple(t for t in (grad_x, grad_w) if t is not None)
-        ctx.recorder.record(NAMES[True], _cost(inputs, outputs, x.dtype, True), inputs, outputs)
+        ctx.recorder.record(NAMES[True], _cost(inputs, outputs, x.dtype, True, rstd.shape[0]), inputs, outputs)
         return grad_x, grad_w, None, None
 
 

@@ -56,12 +56,12 @@ def _dtype_notes(trace: Trace, device: DeviceSpec) -> tuple[str, ...]:
 def step_host_seconds(trace: Trace, coef: CostCoefficients) -> float:
     """Host time a step spends once, outside any op: the loop's Python, the autograd engine's
     start for ``backward()``, entering and leaving autocast."""
-    seconds = coef.host_step_s
+    seconds = 0.0
     if any(op.phase == "backward" for op in trace.ops):
         seconds += coef.host_call_s.get("backward", 0.0)
     if trace.precision.autocast_dtype is not None:
         seconds += coef.host_call_s.get("autocast", 0.0)
-    return seconds
+    return coef.host_step_s + seconds * coef.extra.get("host_scale", 1.0)
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ def simulate(
     by_phase["forward"] = end  # the step's own Python (loop, autocast, backward call) happens on the host
     by_class: dict[str, float] = {"host": end}
     kernel_times: list[float] = []
-    host_factor = corrections.get("host", 1.0)
+    host_factor = corrections.get("host", 1.0) * coef.extra.get("host_scale", 1.0)
     for op in trace.ops:
         h = host_seconds(op, coef) * host_factor
         k = kernel_seconds(op, device, coef) * corrections.get(op.cost.op_class, 1.0)

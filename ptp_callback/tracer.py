@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, is_dataclass, replace
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -53,6 +53,7 @@ StepFn = Callable[[torch.nn.Module, Any], Any]
 OptimizerArg = torch.optim.Optimizer | Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer] | None
 
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
+_PRIM_DEVICE = torch.ops.prim.device.default
 
 
 class TraceError(RuntimeError):
@@ -172,6 +173,11 @@ class _Recorder(TorchDispatchMode):
         self.unknown: dict[str, int] = {}  # ops the cost model has no rule for, and how often
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if func is _PRIM_DEVICE and args and isinstance(args[0], FakeTensor):
+            # A fake tensor's device is answered in Python (C++ asks thousands of times a step:
+            # autograd's checks): answer here as FakeTensorMode would, without its dispatch. A
+            # real run reads a field, so this is no host work of the step either.
+            return args[0].fake_device
         kwargs = kwargs or {}
         try:
             out = func(*args, **kwargs)
@@ -184,6 +190,8 @@ class _Recorder(TorchDispatchMode):
         kind = op_kind(func)
         if kind == "view":
             self.views += 1
+            return out
+        if kind == "free":
             return out
         cost = describe_op(func, args, kwargs, out, matmul_tf32=self.spec.matmul_tf32,
                            conv_tf32=self.spec.conv_tf32, phase=self.phase)
@@ -226,35 +234,45 @@ class _Recorder(TorchDispatchMode):
 
 
 class _ModulePath:
-    """The innermost module running now, forward and backward (via torch's ModuleTracker)."""
+    """The innermost module whose forward is running (``"Model.layer.0.attn"``), from global
+    module hooks, and a count of module calls (host work) for the recorder.
 
-    def __init__(self, recorder_ref: list[_Recorder]) -> None:
-        from torch.utils.module_tracker import ModuleTracker
+    Backward ops are not attributed to modules: per-module backward hooks (as
+    ``torch.utils.module_tracker`` adds) cost more trace time than the attribution is worth.
+    """
 
-        self.tracker = ModuleTracker()
+    def __init__(self, recorder_ref: list[_Recorder], model: torch.nn.Module | None = None) -> None:
         self.recorder_ref = recorder_ref
-        self._handle: Any = None
+        root = type(model).__name__ if model is not None else ""
+        self.names: dict[int, str] = {}
+        if model is not None:
+            for name, module in model.named_modules():
+                self.names.setdefault(id(module), f"{root}.{name}" if name else root)
+        self.stack: list[str] = []
+        self._handles: list[Any] = []
 
     def current(self) -> str:
-        parents = self.tracker.parents
-        if not parents:
-            return ""
-        deepest = max(parents, key=lambda p: (p.count("."), len(p)))
-        return deepest if deepest != "Global" else ""
+        return self.stack[-1] if self.stack else ""
 
     def __enter__(self) -> _ModulePath:
-        self.tracker.__enter__()
-
-        def count_call(module: torch.nn.Module, args: Any) -> None:
+        def enter(module: torch.nn.Module, args: Any) -> None:
+            self.stack.append(self.names.get(id(module)) or type(module).__name__)
             if self.recorder_ref:
                 self.recorder_ref[0].module_calls += 1
 
-        self._handle = torch.nn.modules.module.register_module_forward_pre_hook(count_call)
+        def leave(module: torch.nn.Module, args: Any, output: Any) -> None:
+            if self.stack:
+                self.stack.pop()
+
+        hooks = torch.nn.modules.module
+        self._handles = [hooks.register_module_forward_pre_hook(enter),
+                         hooks.register_module_forward_hook(leave, always_call=True)]
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self._handle.remove()
-        self.tracker.__exit__(*exc)
+        for handle in self._handles:
+            handle.remove()
+        self.stack.clear()
 
 
 class _CudaKernels(TorchFunctionMode):
@@ -484,7 +502,7 @@ def _trace(
     proxy_for_cuda = device.type == "cpu" and target_type == "cuda"
     started = time.perf_counter()
     recorder_ref: list[_Recorder] = []
-    module_path = _ModulePath(recorder_ref)
+    module_path = _ModulePath(recorder_ref, model)
     recorder = _Recorder(spec, module_path.current)
     recorder_ref.append(recorder)
     mappings: list[str] = []
