@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from op_data import Measurement  # noqa: E402
 
-from ptp_callback.coefficients import HOPPER, CostCoefficients  # noqa: E402
+from ptp_callback.coefficients import CostCoefficients  # noqa: E402
 from ptp_callback.devices import get_device  # noqa: E402
 from ptp_callback.kernels import kernel_seconds  # noqa: E402
 from ptp_callback.predict import host_seconds, simulate, step_host_seconds  # noqa: E402
@@ -78,6 +78,7 @@ OP_PARAMS: dict[str, list[Param]] = {
         *[("latency_s", f"conv:{fam}:{p}", 0.0, 300e-6) for fam in ("dense", "pointwise", "strided_pointwise", "grouped")
           for p in ("fwd", "bwd")],
         ("latency_s", "conv:grouped:per_group", 0.0, 50e-6),
+        *[("conv_eff", f"channel_align:{a}", 0.2, 2.0) for a in (32, 16, 1)],
         *[("compute_eff", f"conv_dw:{p}:{d}", 0.002, 1.0) for p in ("fwd", "bwd") for d in ("fp32", "bf16", "fp16")],
         ("mem_eff", "conv_dw:fwd", 0.02, 1.0), ("mem_eff", "conv_dw:bwd", 0.01, 1.0),
         ("host_class_s", "conv", 0.0, 60e-6), ("latency_s", "conv_dw:fwd", 0.0, 30e-6), ("latency_s", "conv_dw:bwd", 0.0, 30e-6),
@@ -93,6 +94,7 @@ OP_PARAMS: dict[str, list[Param]] = {
         *[("recurrent", f"step_s:{r}:{p}", 0.2e-6, 100e-6) for r in ("standard", "persistent") for p in ("fwd", "bwd")],
         ("recurrent", "step_s:standard:fwd:bf16", 0.2e-6, 100e-6), ("recurrent", "step_s:standard:bwd:bf16", 0.2e-6, 100e-6),
         ("recurrent", "scale:fwd", 0.3, 3.0), ("recurrent", "scale:bwd", 0.3, 3.0),
+        ("latency_s", "recurrent:fwd", 0.0, 5e-3), ("latency_s", "recurrent:bwd", 0.0, 5e-3),
         ("host_class_s", "recurrent", 0.0, 300e-6),
     ],
     "norm": [
@@ -122,6 +124,40 @@ STEP_START: dict[tuple[str, str | None], float] = {
 }
 PRIOR_WEIGHT = 0.002  # pulls a parameter the data cannot pin back toward its starting value
 
+# Where every fit starts, and what the prior pulls toward: physical first guesses (datasheet-like
+# efficiencies, host costs of the order of the 10.85 us per small op of micro.json, latencies of
+# a few microseconds, cuDNN RNN setup of a millisecond). Never the fitted values: a refit without
+# some data must not start from coefficients that saw it.
+INITIAL = CostCoefficients(
+    gemm_eff={"gemm": 0.78, "gemm:fp8": 0.70, "misaligned": 0.25},
+    gemm_k_fill={"gemm": 96.0},
+    gemm_tile_eff={"tensor": 4096.0, "simt": 2048.0},
+    conv_eff={"conv": 0.8},
+    attention_eff={"attention": 0.5},
+    mem_eff={"elementwise": 0.85, "cast": 0.85, "reduction": 0.8, "norm": 0.6, "batch_norm": 0.4,
+             "batch_norm_native": 0.3, "pool": 0.5, "embedding": 0.3, "optimizer": 0.75, "scaler": 0.7,
+             "conv_dw": 0.3, "conv": 0.6, "gemm": 0.8, "attention": 0.8, "recurrent": 0.8},
+    kernel_floor_s=2.5e-6,
+    host_op_s={"forward": 10e-6, "backward": 10e-6, "optimizer": 10e-6},
+    host_view_s=1.5e-6,
+    host_module_s=8e-6,
+    host_param_s={"ptp.optimizer_python": 6e-6, "ptp.zero_grad": 1.5e-6},
+    host_launch_s=4e-6,
+    launch_latency_s=4e-6,
+    sync_s=15e-6,
+    host_step_s=100e-6,
+    compute_eff={"conv_dw": 0.03},
+    latency_s={"recurrent": 500e-6, "conv": 2e-6, "attention": 2e-6, "norm": 2e-6, "norm_row": 5e-8,
+               "batch_norm": 2e-6, "batch_norm_native": 2e-6, "reduction": 2e-6, "conv_dw": 2e-6},
+    recurrent={"persistent_max_hidden": 128, "step_s:standard": 20e-6, "step_s:persistent": 3e-6, "l2_fraction": 0.5},
+    host_call_s={"backward": 100e-6, "autocast": 20e-6},
+    host_class_s={"gemm": 5e-6, "conv": 10e-6, "attention": 10e-6, "recurrent": 30e-6},
+    source="initial physical guesses (not fitted)",
+    extra={"attention_key_fill": 256.0, "attention_dim_fill": 32.0, "attention_dropout_cost": 0.4,
+           "conv_layout_passes": 1.0, "reference_small_op_s": 10.85e-6, "batch_norm_channels_half": 32.0,
+           "batch_norm_native_channels_half": 32.0, "host_scale": 1.0},
+)
+
 
 def get_param(coef: CostCoefficients, table: str, key: str | None) -> float:
     value = getattr(coef, table)
@@ -133,7 +169,7 @@ def get_param(coef: CostCoefficients, table: str, key: str | None) -> float:
 def _default_of(table: str, key: str) -> float:
     """Starting value for a key the starting coefficients do not hold: its general key's value."""
     parts = key.split(":")
-    source = getattr(HOPPER, table)
+    source = getattr(INITIAL, table)
     for end in range(len(parts) - 1, 0, -1):
         general = ":".join(parts[:end])
         if general in source:
@@ -254,7 +290,7 @@ def shape_key(m: Measurement) -> str:
     return f"{m.op}|{m.shape}"
 
 
-def fit_ops(measurements: list[Measurement], start: CostCoefficients = HOPPER, rounds: int = 30,
+def fit_ops(measurements: list[Measurement], start: CostCoefficients = INITIAL, rounds: int = 30,
             verbose: bool = True) -> CostCoefficients:
     """Stage 1: host costs on the host rows, then each device class on its own rows."""
     coef = start
@@ -381,7 +417,7 @@ def main() -> None:
     started = time.perf_counter()
     measurements = op_data.load()
     print(f"{len(measurements)} op measurements ({time.perf_counter() - started:.0f}s); stage 1, op level:")
-    coef = fit_ops(measurements, HOPPER, args.rounds)
+    coef = fit_ops(measurements, INITIAL, args.rounds)
     cases = step_data.load_cases()
     print(f"stage 2, step level, on {len(cases)} measured steps")
     timelines = [StepTimeline(c, coef) for c in cases]

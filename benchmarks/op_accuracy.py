@@ -29,9 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import op_data  # noqa: E402
-from fit_coefficients import device_bound, fit_ops, predict_measurement, shape_key, split_keys  # noqa: E402
-
-from ptp_callback.coefficients import HOPPER  # noqa: E402
+from fit_coefficients import INITIAL, device_bound, fit_ops, predict_measurement, shape_key, split_keys  # noqa: E402
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -52,7 +50,7 @@ def main() -> None:
     test = [m for m in measurements if shape_key(m) in test_keys]
     print(f"per-op accuracy on held-out shapes of data/ops.jsonl (NVIDIA H100 SXM, PyTorch 2.11); "
           f"{time.strftime('%Y-%m-%d')}; seed {args.seed}: {len(train)} measurements fit, {len(test)} held out")
-    coef = fit_ops(train, HOPPER, args.rounds, verbose=True)
+    coef = fit_ops(train, INITIAL, args.rounds, verbose=True)
     by_group: dict[str, list[tuple[float, bool]]] = defaultdict(list)
     by_kind: dict[tuple[str, str, str], list[tuple[float, bool]]] = defaultdict(list)
     for m in test:
