@@ -1,16 +1,25 @@
-"""Accuracy of ``predict_step`` against the measured H100 step times in ../shared/h100.
+"""Accuracy of the step-time predictions against the measured H100 steps of ``data/steps.jsonl``.
 
-usage: python benchmarks/accuracy.py [--only a,b] [--markdown]
+usage: python benchmarks/accuracy.py [--only a,b] [--markdown] [--no-cv]
 
-Rebuilds every workload of ../shared/bench/workloads.py that was measured in
-../shared/h100/steps.jsonl (on the meta device: nothing is allocated), predicts each at each
-measured precision for ``h100-sxm`` on this (CPU) machine, and prints: measured ms, predicted
-ms and error per configuration; MAPE overall and per precision; the precision-blind baseline
-(every precision predicted with the measured 32-true time); whether the predicted fastest
-precision is the measured fastest; and the trace time per workload.
+Every measured workload (13, rebuilt on the meta device from ``data/workloads.py``) at each
+measured precision, predicted for ``h100-sxm`` from its trace on the CPU proxy. Three figures:
 
-The coefficients were fitted on these same measurements (``benchmarks/fit_coefficients.py``,
-which also reports a leave-one-workload-out error): the MAPE here is an in-sample figure.
+* in-sample: the shipped coefficients (``ptp_callback.coefficients.HOPPER``). Their per-op
+  values were fitted on ``ops.jsonl`` only; the few per-step constants of
+  ``fit_coefficients.STEP_PARAMS`` (loop host time, host speed, kernel floor, launch latency)
+  on all 13 workloads' steps.
+* leave-one-workload-out: for each workload, those per-step constants refitted from their
+  starting values on the other twelve only, then the workload predicted.
+* leave-one-family-out: the same with a whole family held out (convnets; vision transformers
+  and hybrids; encoder LMs; decoder LMs; recurrent; MLPs, ``h100_data.FAMILIES``).
+
+The per-op coefficients never see a workload step, so they need no refit per fold; refit them
+from scratch with ``python benchmarks/fit_coefficients.py``. For each, per precision: MAPE;
+per workload: MAPE; the speed-ratio score (each precision's speed-up over 32-true predicted
+within 10% of the measured speed-up) and whether the fastest precision is predicted right.
+Traces are cached in ``.ptp_cache/`` (``step_data.py``): the first run traces all 78
+configurations (several minutes), later ones take seconds.
 """
 
 from __future__ import annotations
@@ -21,95 +30,143 @@ import statistics
 import sys
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from h100_data import PRECISIONS, build_on_meta, load_measured, quiet_transformers  # noqa: E402
+from fit_coefficients import StepTimeline, fit_steps  # noqa: E402
+from h100_data import FAMILIES, PRECISIONS, family_of  # noqa: E402
 
-import ptp_callback as ptp  # noqa: E402
+from ptp_callback.coefficients import HOPPER, CostCoefficients  # noqa: E402
 
 
-def gather_rows(only: set[str] | None = None) -> tuple[list[dict], dict[str, list[float]]]:
-    """One row per measured configuration, and the trace times per workload."""
-    measured = load_measured()
-    names = list(dict.fromkeys(w for w, _p in measured))
-    rows, trace_times = [], defaultdict(list)
-    for name in names:
-        if only and name not in only:
-            continue
-        model, batch, loss_fn = build_on_meta(name)
-        for precision in PRECISIONS:
-            m = measured.get((name, precision))
-            if m is None:
-                continue
-            started = time.perf_counter()
-            pred = ptp.predict_step(model, batch, loss_fn, None, precision, "h100-sxm")
-            wall = time.perf_counter() - started
-            trace_times[name].append(pred.trace_s)
-            rows.append({
-                "workload": name, "precision": precision, "measured_s": m.step_s, "predicted_s": pred.step_s,
-                "error": pred.step_s / m.step_s - 1.0, "bound": pred.bound, "wall_s": wall,
-                "blind_s": measured[(name, "32-true")].step_s if (name, "32-true") in measured else None,
-            })
-    return rows, trace_times
+@dataclass(frozen=True)
+class Row:
+    workload: str
+    precision: str
+    measured_s: float
+    predicted_s: float
+
+    @property
+    def error(self) -> float:
+        return self.predicted_s / self.measured_s - 1.0
 
 
 def mape(errors: list[float]) -> float:
     return 100.0 * sum(abs(e) for e in errors) / len(errors) if errors else float("nan")
 
 
-def render(rows: list[dict], trace_times: dict[str, list[float]], markdown: bool) -> str:
-    lines = []
-    if markdown:
-        # One row per workload: "measured -> predicted ms (error)" per precision.
-        precisions = list(dict.fromkeys(r["precision"] for r in rows))
-        lines += ["| workload | " + " | ".join(precisions) + " |", "|---|" + "---|" * len(precisions)]
-        cells: dict[str, dict[str, str]] = defaultdict(dict)
-        for r in rows:
-            cells[r["workload"]][r["precision"]] = (
-                f"{r['measured_s'] * 1e3:.1f} / {r['predicted_s'] * 1e3:.1f} ({100 * r['error']:+.0f}%)")
-        for name, by_precision in cells.items():
-            lines.append(f"| {name} | " + " | ".join(by_precision.get(p, "") for p in precisions) + " |")
-        lines.append("")
-        lines.append("cells: measured ms / predicted ms (error)")
-    else:
-        lines.append(f"{'workload':26s}  {'precision':10s}  {'measured ms':>11s}  {'predicted ms':>12s}  {'error %':>8s}")
-        for r in rows:
-            lines.append(f"{r['workload']:26s}  {r['precision']:10s}  {r['measured_s'] * 1e3:11.2f}  "
-                         f"{r['predicted_s'] * 1e3:12.2f}  {100 * r['error']:+8.1f}")
-    lines.append("")
-    lines.append(f"MAPE overall: {mape([r['error'] for r in rows]):.1f}% over {len(rows)} configurations")
-    per_precision = defaultdict(list)
+def predict(timelines: list[StepTimeline], coef: CostCoefficients) -> list[Row]:
+    return [Row(t.case.workload, t.case.precision, t.case.measured_s, t.step_s(coef)) for t in timelines]
+
+
+def held_out(timelines: list[StepTimeline], groups: dict[str, set[str]]) -> list[Row]:
+    """Each group predicted by per-step constants refitted without it (from their start values)."""
+    rows = []
+    for _name, members in groups.items():
+        train = [t for t in timelines if t.case.workload not in members]
+        coef = fit_steps(train, HOPPER)
+        rows += predict([t for t in timelines if t.case.workload in members], coef)
+    return rows
+
+
+def speed_ratio_score(rows: list[Row]) -> tuple[int, int]:
+    """(pairs within 10%, pairs): each precision's speed-up over 32-true, predicted vs measured."""
+    base = {r.workload: r for r in rows if r.precision == "32-true"}
+    hits = total = 0
     for r in rows:
-        per_precision[r["precision"]].append(r["error"])
-    lines.append("MAPE per precision: " + ", ".join(f"{p} {mape(e):.1f}%" for p, e in per_precision.items()))
-    blind = [r["blind_s"] / r["measured_s"] - 1.0 for r in rows if r["blind_s"]]
-    lines.append(f"precision-blind baseline (each precision predicted with its 32-true time): MAPE {mape(blind):.1f}%")
-    by_workload = defaultdict(list)
+        b = base.get(r.workload)
+        if b is None or r.precision == "32-true":
+            continue
+        measured = b.measured_s / r.measured_s
+        predicted = b.predicted_s / r.predicted_s
+        total += 1
+        hits += abs(predicted / measured - 1.0) <= 0.10
+    return hits, total
+
+
+def fastest_right(rows: list[Row]) -> tuple[int, int, list[str]]:
+    by_workload: dict[str, list[Row]] = defaultdict(list)
     for r in rows:
-        by_workload[r["workload"]].append(r)
-    hits = 0
+        by_workload[r.workload].append(r)
+    misses = []
     for name, rs in by_workload.items():
-        fastest_measured = min(rs, key=lambda r: r["measured_s"])["precision"]
-        fastest_predicted = min(rs, key=lambda r: r["predicted_s"])["precision"]
-        hits += fastest_measured == fastest_predicted
-        lines.append(f"  {name:26s} fastest measured {fastest_measured:10s} predicted {fastest_predicted:10s} "
-                     f"{'ok' if fastest_measured == fastest_predicted else 'MISS'}   trace "
-                     f"{statistics.median(trace_times[name]):.2f}s (max {max(trace_times[name]):.2f}s)")
-    lines.append(f"fastest precision predicted right for {hits}/{len(by_workload)} workloads")
-    return "\n".join(lines)
+        measured = min(rs, key=lambda r: r.measured_s).precision
+        predicted = min(rs, key=lambda r: r.predicted_s).precision
+        if measured != predicted:
+            misses.append(f"{name} (measured {measured}, predicted {predicted})")
+    return len(by_workload) - len(misses), len(by_workload), misses
+
+
+def summary(title: str, rows: list[Row]) -> list[str]:
+    lines = [f"{title}: MAPE {mape([r.error for r in rows]):.1f}% over {len(rows)} configurations"]
+    per_precision = defaultdict(list)
+    per_workload = defaultdict(list)
+    for r in rows:
+        per_precision[r.precision].append(r.error)
+        per_workload[r.workload].append(r.error)
+    lines.append("  per precision: " + ", ".join(f"{p} {mape(per_precision[p]):.1f}%" for p in PRECISIONS
+                                                 if p in per_precision))
+    worst = max(per_workload, key=lambda w: mape(per_workload[w]))
+    lines.append("  per workload: " + ", ".join(f"{w} {mape(e):.1f}%" for w, e in per_workload.items()))
+    lines.append(f"  worst workload: {worst} {mape(per_workload[worst]):.1f}%; max single error "
+                 f"{100 * max(abs(r.error) for r in rows):.1f}%")
+    per_family = defaultdict(list)
+    for r in rows:
+        per_family[family_of(r.workload)].append(r.error)
+    lines.append("  per family: " + ", ".join(f"{f} {mape(e):.1f}%" for f, e in per_family.items()))
+    hits, total = speed_ratio_score(rows)
+    right, workloads, misses = fastest_right(rows)
+    lines.append(f"  speed-up over 32-true within 10% of measured: {hits}/{total} pairs ({100 * hits / max(1, total):.0f}%)")
+    lines.append(f"  fastest precision right: {right}/{workloads}" + (f"; missed: {'; '.join(misses)}" if misses else ""))
+    return lines
+
+
+def table(rows: list[Row], markdown: bool) -> list[str]:
+    precisions = [p for p in PRECISIONS if any(r.precision == p for r in rows)]
+    cells: dict[str, dict[str, str]] = defaultdict(dict)
+    for r in rows:
+        cells[r.workload][r.precision] = f"{r.measured_s * 1e3:.1f} / {r.predicted_s * 1e3:.1f} ({100 * r.error:+.0f}%)"
+    if markdown:
+        lines = ["| workload | " + " | ".join(precisions) + " |", "|---|" + "---|" * len(precisions)]
+        lines += [f"| {w} | " + " | ".join(c.get(p, "") for p in precisions) + " |" for w, c in cells.items()]
+    else:
+        lines = [f"{'workload':26s} " + " ".join(f"{p:>24s}" for p in precisions)]
+        lines += [f"{w:26s} " + " ".join(f"{c.get(p, ''):>24s}" for p in precisions) for w, c in cells.items()]
+    return lines + ["cells: measured ms / predicted ms (error)"]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="comma-separated workload names")
-    parser.add_argument("--markdown", action="store_true", help="print the table as Markdown (for README)")
+    parser.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
+    parser.add_argument("--no-cv", action="store_true", help="in-sample figures only")
     args = parser.parse_args()
-    quiet_transformers()
-    rows, trace_times = gather_rows(set(args.only.split(",")) if args.only else None)
-    print(f"ptp_callback accuracy on ../shared/h100 (device h100-sxm), {time.strftime('%Y-%m-%d')}")
-    print(render(rows, trace_times, args.markdown))
+    import step_data
+
+    started = time.perf_counter()
+    cases = step_data.load_cases(set(args.only.split(",")) if args.only else None)
+    timelines = [StepTimeline(c, HOPPER) for c in cases]
+    timelines[0].check(HOPPER)
+    print(f"ptp_callback step-time accuracy vs data/steps.jsonl (NVIDIA H100 SXM, PyTorch 2.11), predicting h100-sxm; "
+          f"{time.strftime('%Y-%m-%d')}; {len(cases)} configurations ({time.perf_counter() - started:.0f}s to load)")
+    in_sample = predict(timelines, HOPPER)
+    print("\nIn-sample (shipped coefficients):")
+    print("\n".join(table(in_sample, args.markdown)))
+    print("\n".join(summary("in-sample", in_sample)))
+    if args.no_cv:
+        return
+    workloads = sorted({t.case.workload for t in timelines})
+    lowo = held_out(timelines, {w: {w} for w in workloads})
+    print("\nLeave-one-workload-out (per-step constants refitted without the workload):")
+    print("\n".join(table(lowo, args.markdown)))
+    print("\n".join(summary("leave-one-workload-out", lowo)))
+    families = {f: set(m) & set(workloads) for f, m in FAMILIES.items() if set(m) & set(workloads)}
+    lofo = held_out(timelines, families)
+    print("\nLeave-one-family-out (per-step constants refitted without the family):")
+    print("\n".join(summary("leave-one-family-out", lofo)))
+    print(f"\n({time.perf_counter() - started:.0f}s)")
 
 
 if __name__ == "__main__":

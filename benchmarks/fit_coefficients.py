@@ -1,15 +1,25 @@
-"""Fit the per-op-class, per-dtype coefficients of one device to measured step times and profiles.
+"""Fit the cost model's coefficients for one device: per op class on per-op timings, then a few
+per-step host constants on whole training steps.
 
-usage: python benchmarks/fit_coefficients.py [--rounds N] [--cv] [--only a,b]
+usage: python benchmarks/fit_coefficients.py [--rounds N] [--train-fraction F] [--seed S]
 
-Data (all from ../shared/h100): every workload x precision step time of ``steps.jsonl``, the
-device time per op class from each configuration's one-step profile (``profile_top``: aten rows
-grouped into our op classes), and the large square GEMMs of ``micro.json``. The model's
-parameters are efficiencies per op class and dtype, the GEMM tile/K-fill shape terms and the host
-costs per op -- nothing keyed by a workload -- so the fit is a regression of physical
-constants, and ``--cv`` reports how well they carry to a workload left out of the fit
-(leave-one-workload-out). Prints the fitted coefficients as Python to paste into
-``ptp_callback/coefficients.py``.
+Stage 1 (op level, ``data/ops.jsonl``): every measured op of the shape grids, recorded as a trace
+records it (``op_data.py``), is predicted as ``max(device time, host time)`` -- a tiny op's CUDA
+events measure the host issuing it. The host costs per op come from the ``host`` rows (tiny ops
+issued in a loop, with and without autocast, forward and backward, an AdamW step over 100
+parameters); then each class's device parameters (efficiencies, tile and K-fill terms,
+misaligned-kernel rates, convolution families and passes, attention and recurrent terms,
+bandwidth efficiencies and latencies) are fitted to that class's device-bound rows (measured at
+least twice the host time), by coordinate descent on the squared log error (linear beyond 70%)
+with a weak pull toward physical starting values.
+
+Stage 2 (step level, ``data/steps.jsonl``): the few constants no op row can show -- the step
+loop's own host time and the device's per-kernel floor and launch latency -- are fitted on
+whole steps. :data:`STEP_PARAMS` lists them; every other coefficient stays as stage 1 left it,
+so that a workload or family held out of stage 2 is genuinely unseen.
+
+Prints the fitted coefficients as Python to paste into ``ptp_callback/coefficients.py``. The op
+fit takes about a minute, the step fit a few seconds once the traces are cached (``step_data.py``).
 """
 
 from __future__ import annotations
@@ -17,263 +27,407 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
+import random
 import sys
 import time
 from collections import defaultdict
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from h100_data import PRECISIONS, build_on_meta, load_measured, load_micro, quiet_transformers  # noqa: E402
+from op_data import Measurement  # noqa: E402
 
-from ptp_callback.coefficients import HOPPER, CostCoefficients  # noqa: E402, F401
-from ptp_callback.costs import OpCost  # noqa: E402
+from ptp_callback.coefficients import CostCoefficients  # noqa: E402
 from ptp_callback.devices import get_device  # noqa: E402
-from ptp_callback.predict import kernel_seconds, simulate  # noqa: E402
-from ptp_callback.tracer import OpRecord, trace_step  # noqa: E402
+from ptp_callback.kernels import kernel_seconds  # noqa: E402
+from ptp_callback.predict import host_seconds, simulate, step_host_seconds  # noqa: E402
 
-# (coefficient table, key, lower bound, upper bound). Scalars use key None.
-PARAMS: list[tuple[str, str | None, float, float]] = [
-    ("gemm_eff", "gemm:fp32", 0.4, 0.95), ("gemm_eff", "gemm:tf32", 0.3, 0.95),
-    ("gemm_eff", "gemm:bf16", 0.3, 0.95), ("gemm_eff", "gemm:fp16", 0.3, 0.95),
-    ("gemm_eff", "misaligned", 0.03, 0.6), ("gemm_eff", "misaligned:tf32", 0.05, 0.8),
-    ("gemm_k_fill", "gemm:fp32", 8.0, 2048.0), ("gemm_k_fill", "gemm:tf32", 8.0, 4096.0),
-    ("gemm_k_fill", "gemm", 8.0, 2048.0),
-    ("gemm_tile_eff", "medium", 0.5, 1.0), ("gemm_tile_eff", "small", 0.2, 1.0),
-    ("conv_eff", "conv:tf32", 0.1, 1.2), ("conv_eff", "conv:bf16", 0.1, 1.2),
-    ("conv_eff", "conv:fp16", 0.1, 1.2), ("conv_eff", "conv", 0.1, 1.2),
-    ("extra", "conv_layout_passes", 0.0, 3.0),
-    ("attention_eff", "attention:fp32:fwd", 0.05, 0.95), ("attention_eff", "attention:fp32:bwd", 0.05, 0.95),
-    ("attention_eff", "attention:fwd", 0.05, 0.95), ("attention_eff", "attention:bwd", 0.05, 0.95),
-    ("extra", "attention_key_fill", 32.0, 2048.0), ("extra", "attention_dropout_cost", 0.0, 2.0),
-    ("mem_eff", "elementwise", 0.3, 0.9), ("mem_eff", "cast", 0.3, 0.9), ("mem_eff", "reduction", 0.2, 0.9),
-    ("mem_eff", "norm", 0.1, 0.9), ("mem_eff", "batch_norm", 0.05, 0.9),
-    ("mem_eff", "batch_norm_native", 0.01, 0.9),
-    ("mem_eff", "pool", 0.05, 0.9), ("mem_eff", "pool:bwd", 0.02, 0.9),
-    ("mem_eff", "embedding", 0.02, 0.9), ("mem_eff", "optimizer", 0.2, 0.9),
-    ("mem_eff", "conv_dw", 0.02, 0.9), ("mem_eff", "conv_dw:bwd", 0.005, 0.9),
-    ("kernel_floor_s", None, 1.5e-6, 8e-6),
-    ("host_op_s", "forward", 8e-6, 8e-5), ("host_op_s", "backward", 4e-6, 5e-5),
-    ("host_op_s", "optimizer", 8e-6, 1.5e-4), ("host_module_s", None, 2e-6, 4e-5),
-    ("host_param_s", "ptp.optimizer_python", 5e-7, 3e-5), ("host_step_s", None, 2e-5, 5e-4),
+DEVICE = get_device("h100-sxm")
+Param = tuple[str, str | None, float, float]  # (coefficient table, key or None for a scalar, low, high)
+
+_DT = ("fp32", "tf32", "bf16", "fp16")
+_HALF = ("bf16", "fp16")
+
+# Stage 1: which parameters each group of op rows fits.
+OP_PARAMS: dict[str, list[Param]] = {
+    "host": [
+        ("host_op_s", "forward", 2e-6, 30e-6), ("host_op_s", "backward", 2e-6, 20e-6),
+        ("host_op_s", "optimizer", 2e-6, 40e-6), ("host_view_s", None, 0.2e-6, 5e-6),
+        ("host_module_s", None, 1e-6, 30e-6), ("host_launch_s", None, 0.5e-6, 10e-6),
+        ("host_call_s", "backward", 5e-6, 600e-6), ("host_call_s", "autocast", 2e-6, 100e-6),
+        ("host_param_s", "ptp.optimizer_python", 0.5e-6, 30e-6),
+    ],
+    "gemm": [
+        *[("gemm_eff", f"gemm:{d}", 0.3, 0.98) for d in _DT],
+        ("gemm_k_fill", "gemm:fp32", 4.0, 1024.0), ("gemm_k_fill", "gemm:tf32", 4.0, 2048.0),
+        ("gemm_k_fill", "gemm", 4.0, 1024.0),
+        ("gemm_tile_eff", "tensor", 16.0, 65536.0), ("gemm_tile_eff", "simt", 16.0, 65536.0),
+        ("gemm_eff", "misaligned:tf32", 0.05, 1.0),
+        *[("gemm_eff", f"misaligned:{d}:{a}", 0.05, 1.0) for d in _HALF for a in (1, 2, 4)],
+        ("mem_eff", "gemm", 0.3, 1.0), ("host_class_s", "gemm", 0.0, 40e-6),
+    ],
+    "conv": [
+        *[("conv_eff", f"conv:{fam}:{p}:{d}", 0.05, 1.5) for fam in ("dense", "pointwise", "strided_pointwise", "grouped")
+          for p in ("fwd", "dgrad", "wgrad") for d in ("tf32", "bf16", "fp16")],
+        *[("extra", f"conv_layout_passes:{fam}:{d}", 0.0, 4.0) for fam in ("dense", "pointwise", "strided_pointwise", "grouped")
+          for d in ("tf32", "bf16", "fp16")],
+        *[("mem_eff", f"conv:{fam}:{p}", 0.05, 1.0) for fam in ("dense", "pointwise", "strided_pointwise", "grouped")
+          for p in ("fwd", "bwd")],
+        *[("latency_s", f"conv:{fam}:{p}", 0.0, 300e-6) for fam in ("dense", "pointwise", "strided_pointwise", "grouped")
+          for p in ("fwd", "bwd")],
+        ("latency_s", "conv:grouped:per_group", 0.0, 50e-6),
+        *[("conv_eff", f"channel_align:{a}", 0.2, 2.0) for a in (32, 16, 1)],
+        *[("compute_eff", f"conv_dw:{p}:{d}", 0.002, 1.0) for p in ("fwd", "bwd") for d in ("fp32", "bf16", "fp16")],
+        ("mem_eff", "conv_dw:fwd", 0.02, 1.0), ("mem_eff", "conv_dw:bwd", 0.01, 1.0),
+        ("host_class_s", "conv", 0.0, 60e-6), ("latency_s", "conv_dw:fwd", 0.0, 30e-6), ("latency_s", "conv_dw:bwd", 0.0, 30e-6),
+    ],
+    "attention": [
+        *[("attention_eff", f"attention:{p}:{d}", 0.05, 1.5) for p in ("fwd", "bwd") for d in ("fp32", "bf16", "fp16")],
+        ("extra", "attention_key_fill:fp32", 1.0, 4096.0), ("extra", "attention_key_fill", 1.0, 4096.0),
+        ("extra", "attention_dim_fill:fp32", 0.0, 512.0), ("extra", "attention_dim_fill", 0.0, 512.0),
+        ("latency_s", "attention:fwd", 0.0, 100e-6), ("latency_s", "attention:bwd", 0.0, 200e-6),
+        ("host_class_s", "attention", 0.0, 60e-6),
+    ],
+    "recurrent": [
+        *[("recurrent", f"step_s:{r}:{p}", 0.2e-6, 100e-6) for r in ("standard", "persistent") for p in ("fwd", "bwd")],
+        ("recurrent", "step_s:standard:fwd:bf16", 0.2e-6, 100e-6), ("recurrent", "step_s:standard:bwd:bf16", 0.2e-6, 100e-6),
+        ("recurrent", "scale:fwd", 0.3, 3.0), ("recurrent", "scale:bwd", 0.3, 3.0),
+        ("latency_s", "recurrent:fwd", 0.0, 5e-3), ("latency_s", "recurrent:bwd", 0.0, 5e-3),
+        ("host_class_s", "recurrent", 0.0, 300e-6),
+    ],
+    "norm": [
+        ("mem_eff", "norm:fwd", 0.05, 1.0), ("mem_eff", "norm:bwd", 0.05, 1.0),
+        ("latency_s", "norm:fwd", 0.0, 50e-6), ("latency_s", "norm:bwd", 0.0, 50e-6),
+        ("latency_s", "norm_row:fwd", 1e-9, 1e-6), ("latency_s", "norm_row:bwd", 1e-9, 1e-6),
+        *[("mem_eff", f"{c}:{p}", 0.01, 1.0) for c in ("batch_norm", "batch_norm_native") for p in ("fwd", "bwd")],
+        *[("latency_s", f"{c}:{p}", 0.0, 80e-6) for c in ("batch_norm", "batch_norm_native") for p in ("fwd", "bwd")],
+        *[("extra", f"{c}_channels_half:{p}", 0.0, 2000.0) for c in ("batch_norm", "batch_norm_native") for p in ("fwd", "bwd")],
+    ],
+    "memory": [
+        ("mem_eff", "elementwise", 0.3, 1.0), ("mem_eff", "cast", 0.2, 1.0), ("mem_eff", "reduction", 0.2, 1.0),
+        ("latency_s", "reduction", 0.0, 30e-6), ("mem_eff", "embedding:fwd", 0.02, 1.0),
+        ("mem_eff", "embedding:bwd", 0.02, 1.0),
+    ],
+}
+# Stage 2: the constants only whole steps show -- the step loop's own host time, how fast the
+# training loop issues ops relative to the op benchmark's loop, the device's floor per kernel
+# and the launch latency -- and where each refit starts (physical first guesses).
+STEP_PARAMS: list[Param] = [
+    ("host_step_s", None, 5e-6, 2e-3), ("extra", "host_scale", 0.5, 2.0), ("kernel_floor_s", None, 0.5e-6, 10e-6),
+    ("launch_latency_s", None, 0.5e-6, 20e-6),
 ]
+STEP_START: dict[tuple[str, str | None], float] = {
+    ("host_step_s", None): 100e-6, ("extra", "host_scale"): 1.0, ("kernel_floor_s", None): 2.5e-6,
+    ("launch_latency_s", None): 4e-6,
+}
+PRIOR_WEIGHT = 0.002  # pulls a parameter the data cannot pin back toward its starting value
+
 # Where every fit starts, and what the prior pulls toward: physical first guesses (datasheet-like
-# efficiencies, host costs of the order of the measured 10.85 us per small op of micro.json).
+# efficiencies, host costs of the order of the 10.85 us per small op of micro.json, latencies of
+# a few microseconds, cuDNN RNN setup of a millisecond). Never the fitted values: a refit without
+# some data must not start from coefficients that saw it.
 INITIAL = CostCoefficients(
-    gemm_eff={"gemm:fp32": 0.80, "gemm:tf32": 0.80, "gemm:bf16": 0.80, "gemm:fp16": 0.78, "gemm:fp8": 0.70,
-              "gemm:fp64": 0.80, "misaligned:tf32": 0.26, "misaligned": 0.15},
-    gemm_k_fill={"gemm:fp32": 64.0, "gemm:tf32": 384.0, "gemm": 96.0},
-    gemm_tile_eff={"large": 1.0, "medium": 0.85, "small": 0.6, "tiny": 0.35},
-    conv_eff={"conv:tf32": 0.6, "conv:bf16": 0.6, "conv:fp16": 0.6, "conv": 0.8},
-    attention_eff={"attention:fp32:fwd": 0.45, "attention:fp32:bwd": 0.35, "attention:fwd": 0.5,
-                   "attention:bwd": 0.4},
-    mem_eff={"elementwise": 0.80, "cast": 0.80, "reduction": 0.70, "norm": 0.60, "batch_norm": 0.25,
-             "batch_norm_native": 0.08, "pool": 0.50, "pool:bwd": 0.3, "embedding": 0.30, "optimizer": 0.80,
-             "scaler": 0.70, "conv_dw": 0.30, "conv_dw:bwd": 0.06, "conv": 0.6, "gemm": 0.8, "attention": 0.8},
-    kernel_floor_s=3e-6,
-    host_op_s={"forward": 30e-6, "backward": 15e-6, "optimizer": 30e-6},
-    host_view_s=2e-6,
+    gemm_eff={"gemm": 0.78, "gemm:fp8": 0.70, "misaligned": 0.25},
+    gemm_k_fill={"gemm": 96.0},
+    gemm_tile_eff={"tensor": 4096.0, "simt": 2048.0},
+    conv_eff={"conv": 0.8},
+    attention_eff={"attention": 0.5},
+    mem_eff={"elementwise": 0.85, "cast": 0.85, "reduction": 0.8, "norm": 0.6, "batch_norm": 0.4,
+             "batch_norm_native": 0.3, "pool": 0.5, "embedding": 0.3, "optimizer": 0.75, "scaler": 0.7,
+             "conv_dw": 0.3, "conv": 0.6, "gemm": 0.8, "attention": 0.8, "recurrent": 0.8},
+    kernel_floor_s=2.5e-6,
+    host_op_s={"forward": 10e-6, "backward": 10e-6, "optimizer": 10e-6},
+    host_view_s=1.5e-6,
     host_module_s=8e-6,
     host_param_s={"ptp.optimizer_python": 6e-6, "ptp.zero_grad": 1.5e-6},
-    host_launch_s=5e-6,
-    launch_latency_s=5e-6,
+    host_launch_s=4e-6,
+    launch_latency_s=4e-6,
     sync_s=15e-6,
-    host_step_s=80e-6,
-    source="initial physical guesses (not yet fitted)",
-    extra={"attention_key_fill": 256.0, "attention_dropout_cost": 0.6, "conv_layout_passes": 1.0},
+    host_step_s=100e-6,
+    compute_eff={"conv_dw": 0.03},
+    latency_s={"recurrent": 500e-6, "conv": 2e-6, "attention": 2e-6, "norm": 2e-6, "norm_row": 5e-8,
+               "batch_norm": 2e-6, "batch_norm_native": 2e-6, "reduction": 2e-6, "conv_dw": 2e-6},
+    recurrent={"persistent_max_hidden": 128, "step_s:standard": 20e-6, "step_s:persistent": 3e-6, "l2_fraction": 0.5},
+    host_call_s={"backward": 100e-6, "autocast": 20e-6},
+    host_class_s={"gemm": 5e-6, "conv": 10e-6, "attention": 10e-6, "recurrent": 30e-6},
+    source="initial physical guesses (not fitted)",
+    extra={"attention_key_fill": 256.0, "attention_dim_fill": 32.0, "attention_dropout_cost": 0.4,
+           "conv_layout_passes": 1.0, "reference_small_op_s": 10.85e-6, "batch_norm_channels_half": 32.0,
+           "batch_norm_native_channels_half": 32.0, "host_scale": 1.0},
 )
-
-
-PRIOR_WEIGHT = 0.002  # pulls parameters the data cannot pin back toward their physical starting guess
-
-# Profile rows (aten op names) -> the group of our op classes they are compared with.
-_PROFILE_GROUPS = [
-    ("gemm", r"^(mm|addmm|bmm|baddbmm)$"),
-    ("conv", r"^(cudnn_convolution|convolution_backward|_conv_depthwise2d|convolution|_convolution)$"),
-    ("attention", r"attention"),
-    ("norm", r"layer_norm|group_norm|rms_norm"),
-    ("batch_norm", r"batch_norm"),
-    ("pool", r"pool"),
-    ("memory", r".*"),
-]
-_CLASS_GROUP = {"gemm": "gemm", "conv": "conv", "conv_dw": "conv", "attention": "attention", "norm": "norm",
-                "batch_norm": "batch_norm", "batch_norm_native": "batch_norm", "pool": "pool",
-                "optimizer": "optimizer"}
-
-
-_SPLIT_BY_DIRECTION = ("attention", "conv", "batch_norm", "norm", "pool")
-
-
-def group_of(group: str, backward: bool) -> str:
-    """Groups whose backward kernels differ from their forward ones are compared per direction."""
-    if group in _SPLIT_BY_DIRECTION:
-        return f"{group}:{'bwd' if backward else 'fwd'}"
-    return group
-
-
-def profile_groups(profile: tuple[tuple[str, int, float], ...]) -> dict[str, float]:
-    """Device seconds per group from a config's aten-level profile rows."""
-    groups: dict[str, float] = defaultdict(float)
-    for name, _calls, ms in profile:
-        if name.startswith("Optimizer.step"):
-            groups["optimizer"] += ms / 1e3
-            continue
-        if not name.startswith("aten::") or name.startswith("aten::_foreach"):
-            continue
-        op = name[6:]
-        for group, pattern in _PROFILE_GROUPS:
-            if re.search(pattern, op):
-                groups[group_of(group, "backward" in op)] += ms / 1e3
-                break
-    return groups
 
 
 def get_param(coef: CostCoefficients, table: str, key: str | None) -> float:
     value = getattr(coef, table)
-    return value if key is None else value[key]
+    if key is None:
+        return value
+    return value.get(key, _default_of(table, key))
 
 
-def with_params(coef: CostCoefficients, values: list[float]) -> CostCoefficients:
-    changes: dict[str, object] = {}
-    for (table, key, _lo, _hi), value in zip(PARAMS, values):
+def _default_of(table: str, key: str) -> float:
+    """Starting value for a key the starting coefficients do not hold: its general key's value."""
+    parts = key.split(":")
+    source = getattr(INITIAL, table)
+    for end in range(len(parts) - 1, 0, -1):
+        general = ":".join(parts[:end])
+        if general in source:
+            return source[general]
+    return {"latency_s": 1e-6, "extra": 1.0}.get(table, 0.5)
+
+
+def with_params(coef: CostCoefficients, params: list[Param], values: Iterable[float]) -> CostCoefficients:
+    changes: dict[str, Any] = {}
+    for (table, key, _lo, _hi), value in zip(params, values):
         if key is None:
             changes[table] = value
         else:
-            current = changes.get(table) or dict(getattr(coef, table))
-            current[key] = value  # type: ignore[index]
-            changes[table] = current
+            current = changes.get(table)
+            if current is None:
+                current = dict(getattr(coef, table))
+                changes[table] = current
+            current[key] = value
     return replace(coef, **changes)
 
 
-class Problem:
-    """Traces once, then scores coefficient sets quickly."""
+def coordinate_descent(loss: Callable[[CostCoefficients], float], start: CostCoefficients, params: list[Param],
+                       rounds: int, prior: CostCoefficients | None = None) -> CostCoefficients:
+    """Minimize ``loss`` in log space, one parameter at a time, with shrinking multiplicative steps."""
+    prior = prior or start
+    values = [min(hi, max(lo, get_param(start, t, k))) for t, k, lo, hi in params]
+    anchors = [max(lo, get_param(prior, t, k)) for t, k, lo, _hi in params]
 
-    def __init__(self, names: list[str]) -> None:
-        self.device = get_device("h100-sxm")
-        self.measured = load_measured()
-        self.configs = []
-        for name in names:
-            model, batch, loss_fn = build_on_meta(name)
-            for precision in PRECISIONS:
-                m = self.measured.get((name, precision))
-                if m is None:
-                    continue
-                trace = trace_step(model, batch, loss_fn, None, precision)
-                self.configs.append((name, precision, trace, m, profile_groups(m.profile)))
-        micro = load_micro()
-        self.micro = []
-        for dtype, key in (("fp32", "fp32"), ("tf32", "tf32"), ("bf16", "bf16"), ("fp16", "fp16")):
-            for n in (4096, 8192):
-                tflops = micro.get(f"mm_{key}_{n}_tflops")
-                if tflops:
-                    cost = OpCost("gemm", 2.0 * n**3, 3.0 * n * n * (4 if dtype in ("fp32", "tf32") else 2), 1, dtype,
-                                  (1, n, n, n))
-                    self.micro.append((OpRecord("aten.mm.default", "forward", "", cost), 2.0 * n**3 / (tflops * 1e12)))
+    def total(vals: list[float]) -> float:
+        penalty = sum(math.log(max(v, 1e-12) / max(a, 1e-12)) ** 2 for v, a in zip(vals, anchors))
+        return loss(with_params(start, params, vals)) + PRIOR_WEIGHT * penalty
 
-    def evaluate(self, coef: CostCoefficients, names: set[str] | None = None) -> dict[tuple[str, str], tuple[float, float, dict[str, float], dict[str, float]]]:
-        out = {}
-        for name, precision, trace, m, prof in self.configs:
-            if names is not None and name not in names:
-                continue
-            pred = simulate(trace, self.device, coef)
-            groups: dict[str, float] = defaultdict(float)
-            for op, k in zip(trace.ops, pred.kernel_s):
-                groups[group_of(_CLASS_GROUP.get(op.cost.op_class, "memory"), op.cost.backward)] += k
-            out[(name, precision)] = (pred.step_s, m.step_s, groups, prof)
-        return out
-
-    def loss(self, coef: CostCoefficients, names: set[str] | None = None, class_weight: float = 1.0) -> float:
-        step_terms, class_terms = [], []
-        for (_n, _p), (pred, meas, groups, prof) in self.evaluate(coef, names).items():
-            step_terms.append(math.log(pred / meas) ** 2)
-            for group, seconds in prof.items():
-                share = seconds / meas
-                if share < 0.03 or group not in groups or groups[group] <= 0:
-                    continue
-                class_terms.append(share * math.log(groups[group] / seconds) ** 2)
-        micro_terms = [math.log(kernel_seconds(op, self.device, coef) / t) ** 2 for op, t in self.micro]
-        total = sum(step_terms) / len(step_terms)
-        if class_terms:
-            total += class_weight * sum(class_terms) / len(step_terms)
-        total += 0.2 * sum(micro_terms) / max(1, len(micro_terms))
-        for (table, key, _lo, _hi) in PARAMS:
-            total += PRIOR_WEIGHT * math.log(get_param(coef, table, key) / get_param(INITIAL, table, key)) ** 2
-        return total
-
-
-def fit(problem: Problem, start: CostCoefficients, rounds: int, names: set[str] | None = None, verbose: bool = True) -> CostCoefficients:
-    """Coordinate descent in log space with shrinking multiplicative steps, within bounds."""
-    values = [get_param(start, t, k) for t, k, _lo, _hi in PARAMS]
-    best = problem.loss(with_params(start, values), names)
-    steps = [0.4] * len(values)
-    for r in range(rounds):
+    best = total(values)
+    steps = [0.5] * len(values)
+    for _ in range(rounds):
         improved = 0
-        for i, (table, key, lo, hi) in enumerate(PARAMS):
+        for i, (_t, _k, lo, hi) in enumerate(params):
             for direction in (1.0, -1.0):
                 trial = list(values)
-                trial[i] = min(hi, max(lo, values[i] * math.exp(direction * steps[i])))
+                base = values[i] if values[i] > 0 else max(lo, 1e-9)
+                trial[i] = min(hi, max(lo, base * math.exp(direction * steps[i])))
                 if trial[i] == values[i]:
                     continue
-                score = problem.loss(with_params(start, trial), names)
-                if score < best - 1e-9:
+                score = total(trial)
+                if score < best - 1e-12:
                     best, values = score, trial
                     improved += 1
-                    steps[i] = min(1.0, steps[i] * 1.5)
+                    steps[i] = min(1.5, steps[i] * 1.5)
                     break
             else:
-                steps[i] *= 0.6
-        if verbose:
-            print(f"round {r + 1}: loss {best:.5f} ({improved} moves)", flush=True)
-        if improved == 0 and max(steps) < 0.01:
+                steps[i] *= 0.5
+        if improved == 0 and max(steps) < 0.005:
             break
-    return with_params(start, values)
+    return with_params(start, params, values)
 
 
-def report(problem: Problem, coef: CostCoefficients, names: set[str] | None = None) -> float:
-    errors = []
-    for (name, precision), (pred, meas, _g, _p) in sorted(problem.evaluate(coef, names).items()):
-        err = 100.0 * (pred / meas - 1.0)
-        errors.append(abs(err))
-        print(f"  {name:26s} {precision:10s} measured {meas * 1e3:9.2f} ms  predicted {pred * 1e3:9.2f} ms  {err:+6.1f}%")
-    mape = sum(errors) / len(errors)
-    print(f"  MAPE {mape:.1f}% over {len(errors)} configurations")
-    return mape
+# ------------------------------------------------------------------------------------ op level
+
+def _host_of(m: Measurement, coef: CostCoefficients) -> float:
+    """Host seconds the op benchmark's loop spent per call of this measurement."""
+    seconds = sum(host_seconds(op, coef) for op in m.ops)
+    if any(op.phase == "backward" for op in m.ops) and m.part != "bwd":
+        seconds += coef.host_call_s.get("backward", 0.0)  # loss.backward() / autograd.grad()
+    if m.dtype.endswith("autocast") or "autocast" in dict(m.shape).get("what", ""):
+        seconds += coef.host_call_s.get("autocast", 0.0)
+    if dict(m.shape).get("what", "").endswith("foreach_False"):
+        seconds += 100 * coef.host_param_s.get("ptp.optimizer_python", 0.0)
+    elif dict(m.shape).get("what", "").endswith("foreach_True"):
+        seconds += 100 * coef.host_param_s.get("ptp.optimizer_python", 0.0) * 0.25  # lists gathered once
+    return seconds
+
+
+def predict_measurement(m: Measurement, coef: CostCoefficients) -> float:
+    """Predicted microseconds of one measurement: host time for host rows, else max(device, host)."""
+    host = _host_of(m, coef)
+    if m.group == "host":
+        return host * 1e6
+    device = sum(kernel_seconds(op, DEVICE, coef) for op in m.ops)
+    return max(device, host) * 1e6
+
+
+def device_bound(m: Measurement, coef: CostCoefficients) -> bool:
+    """Whether the measured time is at least twice what the host needed to issue the op: only
+    then does it say much about the device (a tiny op's time is the benchmark loop's host time)."""
+    return m.group != "host" and m.us >= 2.0 * _host_of(m, coef) * 1e6
+
+
+def op_loss(measurements: list[Measurement]) -> Callable[[CostCoefficients], float]:
+    def loss(coef: CostCoefficients) -> float:
+        total = 0.0
+        for m in measurements:
+            error = math.log(predict_measurement(m, coef) / m.us)
+            total += min(error * error, 0.5 + abs(error))  # squared, linear beyond ~70%: outliers pull less
+        return total / max(1, len(measurements))
+    return loss
+
+
+def split_keys(measurements: list[Measurement], train_fraction: float, seed: int) -> tuple[set[str], set[str]]:
+    """A seeded split of the measured shapes (rows, all their dtypes and parts together), stratified
+    by group: a held-out shape was never seen in any dtype. ``host`` rows are not split (8 programs)."""
+    by_group: dict[str, list[str]] = defaultdict(list)
+    for m in measurements:
+        shape_key = f"{m.op}|{m.shape}"
+        if shape_key not in by_group[m.group]:
+            by_group[m.group].append(shape_key)
+    rng = random.Random(seed)
+    train, test = set(), set()
+    for group, keys in sorted(by_group.items()):
+        keys = sorted(keys)
+        rng.shuffle(keys)
+        cut = len(keys) if group == "host" else int(round(train_fraction * len(keys)))
+        train.update(keys[:cut])
+        test.update(keys[cut:])
+    return train, test
+
+
+def shape_key(m: Measurement) -> str:
+    return f"{m.op}|{m.shape}"
+
+
+def fit_ops(measurements: list[Measurement], start: CostCoefficients = INITIAL, rounds: int = 30,
+            verbose: bool = True) -> CostCoefficients:
+    """Stage 1: host costs on the host rows, then each device class on its own rows."""
+    coef = start
+    by_group: dict[str, list[Measurement]] = defaultdict(list)
+    for m in measurements:
+        by_group[m.group].append(m)
+    for group in ("host", "memory", "norm", "gemm", "conv", "attention", "recurrent"):
+        rows = by_group.get(group, [])
+        if group != "host":
+            # Device coefficients from the rows the device bounds: a tiny op's time is the
+            # benchmark's host loop (see device_bound), which the host rows already fitted.
+            rows = [m for m in rows if device_bound(m, coef)]
+        if not rows:
+            continue
+        started = time.perf_counter()
+        coef = coordinate_descent(op_loss(rows), coef, OP_PARAMS[group], rounds, prior=start)
+        if verbose:
+            errors = [abs(predict_measurement(m, coef) / m.us - 1.0) for m in rows]
+            errors.sort()
+            print(f"  {group:10s} {len(rows):5d} measurements, median error {100 * errors[len(errors) // 2]:.1f}% "
+                  f"({time.perf_counter() - started:.0f}s)", flush=True)
+    return coef
+
+
+# ---------------------------------------------------------------------------------- step level
+
+@dataclass(frozen=True)
+class StepCase:
+    workload: str
+    precision: str
+    measured_s: float
+    trace: Any
+
+
+class StepTimeline:
+    """One measured step's per-op host and kernel times under fixed stage-1 coefficients, so that
+    the stage-2 constants can be refitted in milliseconds: the same two-timeline walk as
+    ``predict.simulate`` (checked by :meth:`check`), with only those constants free."""
+
+    def __init__(self, case: StepCase, coef: CostCoefficients) -> None:
+        self.case = case
+        no_floor = replace(coef, kernel_floor_s=0.0)
+        ops = case.trace.ops
+        self.host = [host_seconds(op, coef) for op in ops]
+        self.body = [kernel_seconds(op, DEVICE, no_floor) for op in ops]
+        self.kernels = [op.cost.kernels for op in ops]
+        self.sync = [op.name == "ptp.sync" for op in ops]
+        self.calls = (step_host_seconds(case.trace, coef) - coef.host_step_s) / coef.extra.get("host_scale", 1.0)
+
+    def step_s(self, coef: CostCoefficients) -> float:
+        scale = coef.extra.get("host_scale", 1.0)
+        latency, floor = coef.launch_latency_s, coef.kernel_floor_s
+        host = end = coef.host_step_s + self.calls * scale
+        dev = 0.0
+        for h, body, n, sync in zip(self.host, self.body, self.kernels, self.sync):
+            host += h * scale
+            if sync and dev > host:
+                host = dev
+            if n:
+                start = host + latency
+                dev = (dev if dev > start else start) + body + floor * n
+        return max(host, dev, end)
+
+    def check(self, coef: CostCoefficients) -> None:
+        expected = simulate(self.case.trace, DEVICE, coef).step_s
+        if abs(self.step_s(coef) / expected - 1.0) > 1e-9:
+            raise AssertionError(f"fast timeline {self.step_s(coef)} != simulate {expected} ({self.case.workload})")
+
+
+def step_loss(timelines: list[StepTimeline]) -> Callable[[CostCoefficients], float]:
+    def loss(coef: CostCoefficients) -> float:
+        return sum(math.log(t.step_s(coef) / t.case.measured_s) ** 2 for t in timelines) / len(timelines)
+    return loss
+
+
+def fit_steps(timelines: list[StepTimeline], coef: CostCoefficients, rounds: int = 40) -> CostCoefficients:
+    """Stage 2: the per-step constants of :data:`STEP_PARAMS` on whole steps, from their starting
+    values in ``STEP_START``; nothing else moves."""
+    start = with_params(coef, STEP_PARAMS, [STEP_START[(t, k)] for t, k, _lo, _hi in STEP_PARAMS])
+    return coordinate_descent(step_loss(timelines), start, STEP_PARAMS, rounds)
+
+
+def render_python(coef: CostCoefficients, width: int = 116) -> str:
+    """The coefficients as the Python literal of ``ptp_callback/coefficients.py``."""
+    def fmt(value: Any) -> str:
+        if isinstance(value, float):
+            return f"{value:.4g}"
+        return repr(value)
+
+    lines = ["HOPPER = CostCoefficients("]
+    fields = ("gemm_eff", "gemm_k_fill", "gemm_tile_eff", "conv_eff", "attention_eff", "mem_eff", "kernel_floor_s",
+              "host_op_s", "host_view_s", "host_module_s", "host_param_s", "host_launch_s", "launch_latency_s",
+              "sync_s", "host_step_s", "compute_eff", "latency_s", "recurrent", "host_call_s", "host_class_s", "source",
+              "extra")
+    for name in fields:
+        value = getattr(coef, name)
+        if not isinstance(value, dict):
+            lines.append(f"    {name}={fmt(value)},")
+            continue
+        head = f"    {name}={{"
+        current = head
+        items = [f"{k!r}: {fmt(v)}" for k, v in value.items()]
+        for i, item in enumerate(items):
+            piece = item + ("," if i < len(items) - 1 else "},")
+            if len(current) + len(piece) + 1 > width and current.strip() != head.strip():
+                lines.append(current.rstrip())
+                current = " " * len(head) + piece + " "
+            else:
+                current += piece + " "
+        if not items:
+            current += "},"
+        lines.append(current.rstrip())
+    lines.append(")")
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=25)
-    parser.add_argument("--cv", action="store_true", help="leave-one-workload-out cross-validation")
-    parser.add_argument("--only", default="", help="comma-separated workloads")
+    parser.add_argument("--rounds", type=int, default=30)
     args = parser.parse_args()
-    quiet_transformers()
-    from h100_data import workloads
+    import op_data
+    import step_data
 
-    names = [n for n in workloads() if not args.only or n in args.only.split(",")]
     started = time.perf_counter()
-    problem = Problem(names)
-    print(f"traced {len(problem.configs)} configurations in {time.perf_counter() - started:.1f}s")
-    print("shipped coefficients (ptp_callback.coefficients.HOPPER):")
-    report(problem, HOPPER)
-    fitted = fit(problem, INITIAL, args.rounds)
-    print("after fitting (in-sample):")
-    report(problem, fitted)
-    print("fitted values:")
-    for table, key, _lo, _hi in PARAMS:
-        print(f"  {table}[{key!r}] = {get_param(fitted, table, key):.6g}")
-    if args.cv:
-        print("leave-one-workload-out:")
-        cv_errors = []
-        for held in names:
-            train = {n for n in names if n != held}
-            coef = fit(problem, INITIAL, args.rounds, train, verbose=False)  # from scratch, without it
-            for (name, precision), (pred, meas, _g, _p) in sorted(problem.evaluate(coef, {held}).items()):
-                err = 100.0 * (pred / meas - 1.0)
-                cv_errors.append(abs(err))
-                print(f"  {name:26s} {precision:10s} measured {meas * 1e3:9.2f} ms  predicted {pred * 1e3:9.2f} ms  {err:+6.1f}%", flush=True)
-        print(f"  leave-one-workload-out MAPE {sum(cv_errors) / len(cv_errors):.1f}% over {len(cv_errors)} configurations")
+    measurements = op_data.load()
+    print(f"{len(measurements)} op measurements ({time.perf_counter() - started:.0f}s); stage 1, op level:")
+    coef = fit_ops(measurements, INITIAL, args.rounds)
+    cases = step_data.load_cases()
+    print(f"stage 2, step level, on {len(cases)} measured steps")
+    timelines = [StepTimeline(c, coef) for c in cases]
+    coef = fit_steps(timelines, coef, args.rounds)
+    timelines[0].check(coef)
+    for table, key, _lo, _hi in STEP_PARAMS:
+        print(f"  {table}{'' if key is None else f'[{key!r}]'} = {get_param(coef, table, key):.4g}")
+    coef = replace(coef, source=f"fitted by benchmarks/fit_coefficients.py on {time.strftime('%Y-%m-%d')}: "
+                                "ops.jsonl (op level) and steps.jsonl (per-step host constants), H100 SXM")
+    print(render_python(coef))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ Lightning fits on an H100 host with default checkpointing, a progress bar and 4 
 1. the fit's schedule and checkpoint saves are laid out from its recorded ``Trainer`` settings by
    Lightning's rules (and checked against the events it recorded);
 2. its plan is predicted as the callback predicts it before step one: the workload (the same
-   model and batch, ``benchmarks/workloads.py``) traced here and predicted for ``h100-sxm`` at the
+   model and batch, ``benchmarks/data/workloads.py``) traced here and predicted for ``h100-sxm`` at the
    recorded precision, and the H100 host's costs (loop per batch, loader start, device-to-host
    copy and save rate, teardown) fitted on the *other* workloads' fits only (``--in-sample`` uses
    every fit);
@@ -151,9 +151,9 @@ def engine(workload: str, precision: str) -> Engine:
     from ptp_callback.predict import simulate
     from ptp_callback.step import resolve_device
     from ptp_callback.tracer import trace_step
-    from workloads import WORKLOADS
+    from h100_data import workloads
 
-    make_model, make_batch, loss = WORKLOADS[workload]
+    make_model, make_batch, loss = workloads()[workload]
     # The recorded fits ran with float32_matmul_precision("highest") and cuDNN's default TF32 convs.
     spec = PrecisionSpec.from_setting(precision, matmul_tf32=False, conv_tf32=True)
     device, coef = resolve_device("h100-sxm")

@@ -24,7 +24,7 @@ import torch
 
 from .devices import DeviceSpec
 from .display import format_duration
-from .precision import PrecisionSpec, as_precision
+from .precision import PrecisionSpec, as_precision, support_notes
 from .predict import simulate
 from .step import resolve_device
 from .tracer import OptimizerArg, StepFn, TraceError, trace_step
@@ -37,12 +37,17 @@ SAFE = ("32-true", "32-true+tf32", "bf16-mixed", "16-mixed")
 
 @dataclass(frozen=True)
 class PrecisionOption:
-    """One precision's predicted step time (calibrated) and its speed relative to the current one."""
+    """One precision's predicted step time (calibrated) and its speed relative to the current one.
+
+    ``note`` says when the device cannot run this precision fast (bf16 before Ampere), in which
+    case ``step_s`` is what it would really take there.
+    """
 
     precision: str
     step_s: float
     speedup: float
     safe: bool
+    note: str = ""
 
 
 def candidate_precisions(device: DeviceSpec) -> list[PrecisionSpec]:
@@ -84,6 +89,7 @@ def compare_precisions(
     current_spec = as_precision(current)
     target_type = "cpu" if spec.arch == "cpu" else "cuda"
     predicted: dict[str, float] = {}
+    notes: dict[str, str] = {}
     for candidate in candidate_precisions(spec) + [current_spec]:
         if candidate.label in predicted:
             continue
@@ -92,6 +98,7 @@ def compare_precisions(
         except TraceError:
             continue  # e.g. an op without a half-precision kernel: that precision is not an option
         predicted[candidate.label] = simulate(trace, spec, coef, corrections).step_s
+        notes[candidate.label] = "; ".join(support_notes(candidate, spec))
     base = predicted.get(current_spec.label)
     if measured_step_s and base:
         extra = measured_step_s - base
@@ -100,7 +107,7 @@ def compare_precisions(
         calibrated = predicted
     here = calibrated.get(current_spec.label)
     options = [
-        PrecisionOption(label, seconds, (here / seconds) if here else 1.0, label in SAFE)
+        PrecisionOption(label, seconds, (here / seconds) if here else 1.0, label in SAFE, notes.get(label, ""))
         for label, seconds in calibrated.items()
     ]
     return sorted(options, key=lambda o: o.step_s)
@@ -111,13 +118,24 @@ def advice(options: list[PrecisionOption], current: str, fit_s: float | None, *,
     """A one-line suggestion when another precision is predicted ``threshold`` x faster, else None.
 
     ``fit_s`` is the fit at the current precision, of which ``fixed_s`` (data-loader waits,
-    checkpoint saves) does not depend on the precision; the rest scales with the step.
+    checkpoint saves) does not depend on the precision; the rest scales with the step. When the
+    device cannot run the current precision fast (bf16 on a T4), the line starts by saying so;
+    precisions it cannot run fast are never suggested.
     """
     by_label = {o.precision: o for o in options}
     here = by_label.get(current)
     if here is None:
         return None
-    eligible = [o for o in options if o.precision != current and (o.safe or allow_unsafe)]
+    suggestion = _suggestion(options, here, fit_s, fixed_s, threshold, allow_unsafe)
+    if here.note:
+        return here.note + (f". {suggestion}" if suggestion else "")
+    return suggestion
+
+
+def _suggestion(options: list[PrecisionOption], here: PrecisionOption, fit_s: float | None, fixed_s: float,
+                threshold: float, allow_unsafe: bool) -> str | None:
+    current = here.precision
+    eligible = [o for o in options if o.precision != current and (o.safe or allow_unsafe) and not o.note]
     if not eligible:
         return None
     best = min(eligible, key=lambda o: o.step_s)

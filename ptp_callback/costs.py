@@ -10,9 +10,10 @@ Op classes:
 
 =============== ===========================================================================
 ``gemm``        mm, addmm, bmm, baddbmm (FLOPs from flop_counter, GEMM dims kept for waves)
-``conv``        dense convolutions and their backward (FLOPs from flop_counter)
-``conv_dw``     grouped/depthwise convolutions: little math per byte, memory-bound
-``attention``   fused scaled-dot-product attention, forward and backward
+``conv``        dense, pointwise (1x1) and grouped convolutions and their backward
+``conv_dw``     depthwise convolutions: little math per byte, memory-bound
+``attention``   fused scaled-dot-product attention, forward and backward (``attention.py``)
+``recurrent``   cuDNN LSTM/GRU/RNN calls, forward and backward (``recurrent.py``)
 ``norm``        layer/group/RMS norm and their backward
 ``batch_norm``  batch norm run by cuDNN (CUDA's choice for fp32, and fp16 input with fp32 weights)
 ``batch_norm_native`` batch norm run by PyTorch's own kernels (bf16, or fp16 weights), slower
@@ -108,6 +109,24 @@ _FILL_OPS: frozenset[str] = frozenset((
     "bernoulli_", "normal_", "uniform_",
 ))
 
+# Data-movement and indexing kernels priced by bytes like pointwise ops (torch tags those
+# ``pointwise``; these have no tag). Anything neither classified, tagged nor listed is unknown to
+# the cost model: still priced by its bytes, and reported (``Trace.unknown_ops``).
+_DATA_MOVEMENT: frozenset[str] = frozenset((
+    "copy_", "_to_copy", "clone", "contiguous", "cat", "stack", "index", "index_put_", "index_put", "_index_put_impl_",
+    "index_select", "index_add_", "index_copy_", "gather", "scatter", "scatter_", "scatter_add", "scatter_add_",
+    "scatter_reduce", "masked_fill", "masked_fill_", "masked_scatter", "masked_select", "where", "constant_pad_nd",
+    "reflection_pad2d", "replication_pad2d", "repeat", "repeat_interleave", "_unsafe_index", "_unsafe_index_put",
+    "slice_backward", "select_backward", "slice_scatter", "select_scatter", "diagonal_backward", "as_strided_scatter",
+    "native_dropout", "native_dropout_backward", "tril", "triu", "tril_", "triu_", "roll", "flip", "narrow_copy",
+    "expand_copy", "permute_copy", "transpose_copy", "new_zeros", "new_ones", "new_full", "embedding_dense_backward",
+    "upsample_nearest2d", "upsample_nearest2d_backward", "upsample_bilinear2d", "upsample_bilinear2d_backward",
+    "_softmax", "_log_softmax", "_safe_softmax", "col2im", "im2col", "channel_shuffle", "pixel_shuffle",
+    "pixel_unshuffle", "_adaptive_avg_pool2d", "one_hot", "bernoulli", "_fused_dropout", "_masked_scale",
+    "linspace", "randperm", "randint", "_pin_memory", "sort", "unique", "_unique2", "nonzero", "bucketize",
+    "searchsorted", "histc", "bincount", "lerp", "lerp_", "addcmul", "addcdiv", "addcmul_", "addcdiv_",
+))
+
 DTYPE_KEYS: dict[torch.dtype, str] = {
     torch.float64: "fp64", torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16",
     getattr(torch, "float8_e4m3fn", torch.float32): "fp8", getattr(torch, "float8_e5m2", torch.float32): "fp8",
@@ -131,7 +150,13 @@ class OpCost:
     gradient a convolution backward reduces); ``dropout`` fused attention that applies dropout;
     ``gemms`` the implicit GEMMs ``(batch, m, n, k)`` of a convolution (forward: one; backward: data
     and weight gradients); ``layout_bytes`` the activation traffic of converting NCHW tensors to the
-    NHWC layout tensor-core convolutions run in, and back.
+    NHWC layout tensor-core convolutions run in, and back. ``kernel`` names the kernel family
+    where a class has several (convolutions: ``dense``, ``pointwise``, ``grouped``, ``depthwise``;
+    attention: ``flash``, ``efficient``; recurrent layers: ``lstm``, ``gru``, ``rnn_tanh``,
+    ``rnn_relu``) and ``dims`` holds the shape the class's time model needs (attention:
+    ``(batch, q_heads, kv_heads, q_len, kv_len, head_dim, value_dim)``; recurrent:
+    ``(gates, layers, directions, batch, seq, input, hidden, proj)``; convolution:
+    ``(n, c_in, c_out, in_pixels, out_pixels, kernel_pixels, groups, stride)``).
     """
 
     op_class: str
@@ -148,6 +173,8 @@ class OpCost:
     dropout: bool = False
     gemms: tuple[tuple[int, int, int, int], ...] = ()
     layout_bytes: float = 0.0
+    kernel: str = ""
+    dims: tuple[int, ...] = ()
 
 
 @lru_cache(maxsize=None)
@@ -160,11 +187,24 @@ def _write_slots(func: torch._ops.OpOverload) -> tuple[tuple[int, ...], tuple[bo
 
 
 @lru_cache(maxsize=None)
+def is_known(func: torch._ops.OpOverload) -> bool:
+    """Whether the cost model has a rule for this op (a class, a pointwise/reduction tag, a list)."""
+    name = func.overloadpacket.__name__
+    if op_kind(func) != "kernel" or name in _CLASS_BY_NAME or name in _FILL_OPS or name in _DATA_MOVEMENT:
+        return True
+    if name.startswith("_foreach_") or name.startswith("_fused_"):
+        return True
+    tags = getattr(func, "tags", ())
+    return torch.Tag.pointwise in tags or torch.Tag.reduction in tags
+
+
+@lru_cache(maxsize=None)
 def op_kind(func: torch._ops.OpOverload) -> str:
-    """``"view"`` (metadata only), ``"host"`` (no kernel) or ``"kernel"``; cached per overload."""
+    """``"free"`` (no work in a real step), ``"view"`` (metadata only), ``"host"`` (no kernel) or
+    ``"kernel"``; cached per overload."""
     name = func.overloadpacket.__name__
     if func.namespace == "prim" or func.namespace == "profiler":
-        return "view"
+        return "free"  # fake-tensor metadata queries and profiler markers: no work in a real step
     if func.is_view or name in ("detach", "alias", "lift_fresh", "_unsafe_view", "view", "_reshape_alias",
                                 "unsafe_split", "unsafe_chunk"):
         return "view"
@@ -237,6 +277,37 @@ def _gemm_dims(name: str, args: tuple, out: torch.Tensor) -> tuple[int, int, int
     return None
 
 
+def _leading_dimension(t: torch.Tensor) -> int:
+    """The stride between rows (or columns, for a transposed operand) a BLAS call is given."""
+    if t.dim() < 2:
+        return t.shape[-1] if t.dim() else 1
+    rows, cols = t.stride()[-2], t.stride()[-1]
+    if cols == 1 or t.shape[-1] == 1:
+        return max(rows, 1) if t.shape[-2] > 1 else t.shape[-1]
+    return max(cols, 1)
+
+
+def _gemm_alignment(name: str, args: tuple, outputs: list[torch.Tensor], widest: int) -> int:
+    """Elements (1 ... ``widest``) that every operand's leading dimension and start are multiples of.
+
+    cuBLAS picks vectorized tensor-core kernels only when each matrix's leading dimension and
+    address are 16-byte aligned. For row-major ``(m, k) @ (k, n)`` those are ``k``, ``n`` and ``n``: an
+    odd ``m`` does not matter, a 50257-token vocabulary does (measured on the H100: odd ``k`` or
+    ``n`` ran bf16 GEMMs at 14% of peak instead of 70%, odd ``m`` at 47-70%).
+    """
+    operands = [a for a in (args[1:3] if name in ("addmm", "baddbmm", "_addmm_activation") else args[:2])
+                if isinstance(a, torch.Tensor)]
+    operands += outputs[:1]
+    values = []
+    for t in operands:
+        values.append(_leading_dimension(t))
+        values.append(t.storage_offset())
+    alignment = widest
+    while alignment > 1 and any(v % alignment for v in values):
+        alignment //= 2
+    return alignment
+
+
 @lru_cache(maxsize=None)
 def _arg_index(func: torch._ops.OpOverload, arg_name: str) -> int | None:
     for i, argument in enumerate(func._schema.arguments):
@@ -257,12 +328,17 @@ def _arg(func: torch._ops.OpOverload, args: tuple, kwargs: dict, arg_name: str, 
 def _attention_flops(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[float, bool, bool]:
     """FLOPs of a fused attention op (flop_counter's sdpa formulas), causal?, dropout?"""
     name = func.overloadpacket.__name__
+    def heads_of(q: torch.Tensor, t: torch.Tensor) -> tuple[int, ...]:
+        # Grouped-query key/value heads broadcast to the query heads: the work the kernel does
+        # (older flop_counter versions reject the unbroadcast shapes).
+        return (*t.shape[:-3], q.shape[-3], *t.shape[-2:]) if t.dim() == 4 == q.dim() else tuple(t.shape)
+
     if name.endswith("_backward"):
         grad_out, q, k, v = args[0], args[1], args[2], args[3]
-        flops = flop_counter.sdpa_backward_flop_count(grad_out.shape, q.shape, k.shape, v.shape)
+        flops = flop_counter.sdpa_backward_flop_count(grad_out.shape, q.shape, heads_of(q, k), heads_of(q, v))
     else:
         q, k, v = args[0], args[1], args[2]
-        flops = flop_counter.sdpa_flop_count(q.shape, k.shape, v.shape)
+        flops = flop_counter.sdpa_flop_count(q.shape, heads_of(q, k), heads_of(q, v))
     causal = bool(_arg(func, args, kwargs, "is_causal", False))
     dropout = float(_arg(func, args, kwargs, "dropout_p", 0.0) or 0.0) > 0.0
     return float(flops), causal, dropout
@@ -272,34 +348,55 @@ def _spatial(shape: torch.Size) -> int:
     return math.prod(shape[2:]) if len(shape) > 2 else 1
 
 
-def _conv_gemms(func: torch._ops.OpOverload, args: tuple, kwargs: dict, flops: float) -> tuple[tuple[int, int, int, int], ...]:
-    """The implicit GEMMs of a dense convolution, ``(1, m, n, k)`` each.
-
-    Forward: m = N x output pixels, n = C_out, k = C_in x kernel. Backward: data gradient with
-    m = N x input pixels, n = C_in, k = C_out x kernel; weight gradient with m = C_out,
-    n = C_in x kernel, k = N x output pixels (cuDNN's implicit-GEMM formulation).
-    """
-    name = func.overloadpacket.__name__
+def _conv_dims(func: torch._ops.OpOverload, args: tuple, kwargs: dict, out: list[torch.Tensor]) -> tuple[int, ...]:
+    """``(n, c_in, c_out, in_pixels, out_pixels, kernel_pixels, groups, stride)`` of a convolution."""
     try:
-        if name == "convolution_backward":
+        if func.overloadpacket.__name__ == "convolution_backward":
             grad_out, data, weight = args[0], args[1], args[2]
-            mask = _arg(func, args, kwargs, "output_mask", [True, True, False])
-            kernel = math.prod(weight.shape[2:])
-            batch = data.shape[0]
-            gemms = []
-            if mask[0]:
-                gemms.append((1, batch * _spatial(data.shape), data.shape[1], grad_out.shape[1] * kernel))
-            if mask[1]:
-                gemms.append((1, grad_out.shape[1], data.shape[1] * kernel, batch * _spatial(grad_out.shape)))
-            return tuple(gemms)
-        data, weight = args[0], args[1]
-        m = data.shape[0] * _spatial(data.shape) if _arg(func, args, kwargs, "transposed", False) else 0
-        n = weight.shape[0]
-        k = weight.shape[1] * math.prod(weight.shape[2:])
-        m = m or max(1, int(round(flops / (2.0 * n * k)))) if n and k else 1
-        return ((1, m, n, k),)
-    except (AttributeError, IndexError, TypeError, ZeroDivisionError):
+            result = grad_out
+        else:
+            data, weight = args[0], args[1]
+            result = out[0]
+        groups = int(_arg(func, args, kwargs, "groups", 1) or 1)
+        stride = _arg(func, args, kwargs, "stride", [1])
+        return (int(data.shape[0]), int(data.shape[1]), int(weight.shape[0]), _spatial(data.shape),
+                _spatial(result.shape), math.prod(weight.shape[2:]), groups, int(max(stride) if stride else 1))
+    except (AttributeError, IndexError, TypeError):
         return ()
+
+
+def conv_family(dims: tuple[int, ...]) -> str:
+    """The kernel family cuDNN runs a convolution with.
+
+    ``pointwise``: 1x1, stride 1 -- in NCHW a plain batched GEMM, no layout change;
+    ``strided_pointwise``: 1x1 with a stride (a strided gather of the input); ``dense``: any other
+    ungrouped convolution (implicit GEMM); ``grouped``; ``depthwise`` (one input channel per group).
+    """
+    if not dims:
+        return "dense"
+    _n, c_in, _c_out, _ip, _op, kernel, groups, stride = dims
+    if groups > 1:
+        return "depthwise" if groups == c_in else "grouped"
+    if kernel == 1:
+        return "pointwise" if stride == 1 else "strided_pointwise"
+    return "dense"
+
+
+def conv_gemms(dims: tuple[int, ...], passes: tuple[str, ...]) -> tuple[tuple[int, int, int, int], ...]:
+    """The implicit GEMMs ``(groups, m, n, k)`` of a convolution's passes (cuDNN's formulation).
+
+    ``fwd``: m = N x output pixels, n = C_out/g, k = C_in/g x kernel; ``dgrad``: m = N x input
+    pixels, n = C_in/g, k = C_out/g x kernel; ``wgrad``: m = C_out/g, n = C_in/g x kernel,
+    k = N x output pixels.
+    """
+    n, c_in, c_out, in_px, out_px, kernel, groups, _stride = dims
+    ci, co = max(1, c_in // groups), max(1, c_out // groups)
+    shapes = {"fwd": (groups, n * out_px, co, ci * kernel), "dgrad": (groups, n * in_px, ci, co * kernel),
+              "wgrad": (groups, co, ci * kernel, n * out_px)}
+    return tuple(shapes[p] for p in passes)
+
+
+_NO_GEMM = (0, 0, 0, 0)
 
 
 def _nchw_bytes(func: torch._ops.OpOverload, args: tuple, kwargs: dict, outputs: list[torch.Tensor]) -> float:
@@ -308,6 +405,21 @@ def _nchw_bytes(func: torch._ops.OpOverload, args: tuple, kwargs: dict, outputs:
     if not tensors or tensors[0].is_contiguous(memory_format=torch.channels_last):
         return 0.0
     return float(sum(2 * t.numel() * t.element_size() for t in tensors if t.shape[1] > 1 or t.dim() != 4))
+
+
+def _norm_rows(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[int, ...]:
+    """``(rows, row width)`` a layer/group norm kernel normalizes (one row per reduction)."""
+    name = func.overloadpacket.__name__
+    x = args[1] if name.endswith("_backward") and len(args) > 1 else args[0] if args else None
+    if not isinstance(x, torch.Tensor) or x.numel() == 0:
+        return ()
+    if "group_norm" in name:
+        groups = _arg(func, args, kwargs, "group", 1) or 1
+        rows = int(x.shape[0]) * int(groups)
+    else:
+        normalized = _arg(func, args, kwargs, "normalized_shape", [x.shape[-1]])
+        rows = x.numel() // max(1, math.prod(normalized))
+    return (rows, x.numel() // max(1, rows))
 
 
 def _cudnn_batch_norm(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> bool:
@@ -367,6 +479,8 @@ def describe_op(
     causal = dropout = False
     gemms: tuple[tuple[int, int, int, int], ...] = ()
     layout = 0.0
+    dims: tuple[int, ...] = ()
+    kernel_family = ""
     if op_class == "gemm":
         formula = _FLOP_FORMULAS.get(func.overloadpacket)
         flops = float(formula(*args, **kwargs, out_val=out)) if formula else 0.0
@@ -376,19 +490,37 @@ def describe_op(
     elif op_class == "conv":
         formula = _FLOP_FORMULAS.get(func.overloadpacket)
         flops = float(formula(*args, **kwargs, out_val=out)) if formula else 0.0
-        groups = _arg(func, args, kwargs, "groups", 1)
-        if groups and groups > 1:
+        dims = _conv_dims(func, args, kwargs, outputs)
+        kernel_family = conv_family(dims)
+        if name == "convolution_backward" and dims and dims[6] > 1:
+            # flop_counter's backward formula ignores groups (PyTorch 2.14 counts a depthwise 3x3
+            # backward 65x too high); each gradient pass does the forward's multiply-adds.
+            mask = _arg(func, args, kwargs, "output_mask", [True, True, False])
+            n, c_in, c_out, _in_px, out_px, kernel, groups, _stride = dims
+            flops = 2.0 * n * out_px * c_out * (c_in // groups) * kernel * sum(1 for on in mask[:2] if on)
+        if kernel_family == "depthwise":
             op_class = "conv_dw"
-        else:
+        elif dims:
             if dtype_key == "fp32" and conv_tf32:
                 dtype_key = "tf32"
-            gemms = _conv_gemms(func, args, kwargs, flops)
+            if name == "convolution_backward":
+                # Always (data gradient, weight gradient); a pass the mask leaves out is empty.
+                mask = _arg(func, args, kwargs, "output_mask", [True, True, False])
+                gemms = tuple(g if on else _NO_GEMM for g, on in zip(conv_gemms(dims, ("dgrad", "wgrad")), mask[:2]))
+            else:
+                gemms = conv_gemms(dims, ("fwd",))
             if dtype_key != "fp32" and dtype_key != "fp64":
                 layout = _nchw_bytes(func, args, kwargs, outputs)
     elif op_class == "attention":
         flops, causal, dropout = _attention_flops(func, args, kwargs)
-    elif op_class == "batch_norm" and not _cudnn_batch_norm(func, args, kwargs):
-        op_class = "batch_norm_native"
+    elif op_class == "batch_norm":
+        if not _cudnn_batch_norm(func, args, kwargs):
+            op_class = "batch_norm_native"
+        x = args[0] if args and isinstance(args[0], torch.Tensor) and args[0].dim() >= 2 else None
+        if x is not None and x.shape[1]:
+            dims = (x.numel() // x.shape[1], int(x.shape[1]))  # (elements per channel, channels)
+    elif op_class == "norm":
+        dims = _norm_rows(func, args, kwargs)
     elif op_class is None:
         op_class = "elementwise"
         if name == "copy_" and len(args) > 1 and isinstance(args[1], torch.Tensor):
@@ -408,11 +540,10 @@ def describe_op(
     aux = 0.0
     if gemm is not None and dtype_key not in ("fp32", "fp64"):
         per_16_bytes = max(1, 16 // dtype.itemsize)
-        misaligned = any(d % per_16_bytes for d in gemm[1:])
-        if misaligned:
-            alignment = max(a for a in (1, 2, 4, 8) if a < per_16_bytes and all(d % a == 0 for d in gemm[1:]))
+        alignment = _gemm_alignment(name, args, outputs, per_16_bytes)
+        misaligned = alignment < per_16_bytes
     if name == "convolution_backward" and len(args) > 10 and args[10][2]:
         aux = float(_tensor_bytes(args[0]))  # grad_output read once more for the bias gradient
         kernels += 1
     return OpCost(op_class, flops, float(read + written), kernels, dtype_key, gemm, causal,
-                  "backward" in name, misaligned, alignment, aux, dropout, gemms, layout)
+                  "backward" in name, misaligned, alignment, aux, dropout, gemms, layout, kernel_family, dims)

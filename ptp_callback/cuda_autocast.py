@@ -8,8 +8,11 @@ the AutocastCPU dispatch key gets CUDA's policy for those ops (kernels registere
 ``torch.library`` and removed on exit, which restores CPU's own kernels).
 
 The op lists are CUDA's, from ``aten/src/ATen/autocast_mode.h`` (``AT_FORALL_FP32``,
-``AT_FORALL_FP32_SET_OPT_DTYPE``, ``AT_FORALL_LOWER_PRECISION_FP``), PyTorch 2.11-2.14;
-``tests/test_cuda_autocast.py`` checks them against the header of the installed PyTorch.
+``AT_FORALL_FP32_SET_OPT_DTYPE``, ``AT_FORALL_LOWER_PRECISION_FP``) of PyTorch 2.14, the union of
+what recent versions list. The policy in force (:func:`active_policy`) keeps only the ops the
+installed PyTorch registers a CUDA autocast kernel for -- its dispatcher says so, GPU or not --
+so an op a version does not cast (``rms_norm`` before 2.12) is not cast in its traces either.
+``tests/test_cuda_autocast.py`` checks the policy in force against the installed header.
 """
 
 from __future__ import annotations
@@ -58,6 +61,36 @@ CPU_ONLY_FP32_OPS: tuple[str, ...] = (
 )
 
 _AUTOCAST_CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
+
+
+def _cuda_autocast_kernel(qualified: str) -> bool:
+    """Whether the installed PyTorch registers a CUDA autocast kernel for ``name[.overload]``."""
+    name, _, overload = qualified.partition(".")
+    schema = f"aten::{name}" + (f".{overload}" if overload else "")
+    try:
+        return bool(torch._C._dispatch_has_kernel_for_dispatch_key(schema, "AutocastCUDA"))
+    except RuntimeError:  # the op does not exist in this version
+        return False
+
+
+def active_policy() -> dict[str, tuple[str, ...]]:
+    """The op lists as the installed PyTorch's CUDA autocast applies them (see module doc).
+
+    A build without any CUDA autocast kernel (CPU-only PyTorch) cannot say: the full lists stand.
+    """
+    lists = {"fp32": CUDA_FP32_OPS, "fp32_set_opt_dtype": CUDA_FP32_SET_OPT_DTYPE_OPS,
+             "lower_precision": CUDA_ONLY_LOWER_PRECISION_OPS, "cpu_only_fp32": CPU_ONLY_FP32_OPS}
+    if not _cuda_autocast_kernel("mm"):
+        return lists
+    policy = {key: tuple(op for op in ops if _cuda_autocast_kernel(op)) for key, ops in lists.items()
+              if key != "cpu_only_fp32"}
+    policy["cpu_only_fp32"] = tuple(op for op in CPU_ONLY_FP32_OPS if not _cuda_autocast_kernel(op))
+    return policy
+
+
+def casts_to_fp32(op: str) -> bool:
+    """Whether CUDA autocast runs ``op`` in fp32 with the installed PyTorch."""
+    return op in active_policy()["fp32"]
 
 
 def _overload(qualified: str) -> torch._ops.OpOverload | None:
@@ -123,12 +156,12 @@ def _to_lower_precision() -> torch.dtype:
     return torch.get_autocast_dtype("cpu")
 
 
-# Each policy: the ops it covers and the kernel it registers for one of them.
-_POLICIES: tuple[tuple[tuple[str, ...], Callable[[torch._ops.OpOverload], Callable[..., Any]]], ...] = (
-    (CUDA_FP32_OPS, lambda op: _cast_kernel(op, _to_float32)),
-    (CUDA_FP32_SET_OPT_DTYPE_OPS, _set_opt_dtype_kernel),
-    (CUDA_ONLY_LOWER_PRECISION_OPS, lambda op: _cast_kernel(op, _to_lower_precision)),
-    (CPU_ONLY_FP32_OPS, _passthrough_kernel),
+# Each policy: the list it covers and the kernel it registers for one of its ops.
+_POLICIES: tuple[tuple[str, Callable[[torch._ops.OpOverload], Callable[..., Any]]], ...] = (
+    ("fp32", lambda op: _cast_kernel(op, _to_float32)),
+    ("fp32_set_opt_dtype", _set_opt_dtype_kernel),
+    ("lower_precision", lambda op: _cast_kernel(op, _to_lower_precision)),
+    ("cpu_only_fp32", _passthrough_kernel),
 )
 
 
@@ -137,9 +170,10 @@ def cuda_autocast_on_cpu() -> Iterator[list[str]]:
     """Give CPU autocast CUDA's cast policy until exit; yields the names of the overridden ops."""
     library = torch.library.Library("aten", "IMPL")
     overridden: list[str] = []
+    policy = active_policy()
     try:
-        for ops, make_kernel in _POLICIES:
-            for qualified in ops:
+        for key, make_kernel in _POLICIES:
+            for qualified in policy[key]:
                 op = _overload(qualified)
                 if op is not None:  # an op this PyTorch does not have needs no policy
                     library.impl(qualified, make_kernel(op), "AutocastCPU")

@@ -49,4 +49,5 @@ def format_prediction_table(pred: StepPrediction) -> str:
         shown = [(k, v) for k, v in parts.items() if v > 0.0005 * pred.step_s]
         lines.append(f"  by {title:5s}: " + ", ".join(
             f"{k} {format_duration(v)} ({100 * v / pred.step_s:.0f}%)" for k, v in shown))
+    lines += [f"  note: {warning}" for warning in getattr(pred, "warnings", ())]
     return "\n".join(lines)

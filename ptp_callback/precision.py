@@ -15,8 +15,12 @@ does), under ``*-mixed`` the forward runs in ``torch.autocast`` and ``16-mixed``
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from .devices import DeviceSpec
 
 # Lightning's accepted aliases (lightning/fabric/plugins/precision/precision.py).
 _ALIASES: dict[str, str] = {
@@ -105,3 +109,26 @@ def as_precision(precision: str | int | PrecisionSpec, **tf32: bool | None) -> P
     if isinstance(precision, PrecisionSpec):
         return precision
     return PrecisionSpec.from_setting(precision, **tf32)
+
+
+def support_notes(spec: PrecisionSpec, device: DeviceSpec) -> tuple[str, ...]:
+    """What ``device`` cannot run fast in this precision, and how it is predicted instead.
+
+    bf16 before Ampere (V100, T4) has no tensor cores: PyTorch still runs it, its matrix math at
+    no more than the fp32 CUDA-core rate, and that is what is predicted. TF32 before Ampere does
+    nothing: fp32 matmuls stay on CUDA cores.
+    """
+    if device.arch == "cpu":
+        return ()
+    notes = []
+    dtypes = {spec.param_dtype, spec.autocast_dtype}
+    if torch.bfloat16 in dtypes and not device.peak_tflops.get("bf16"):
+        faster = "16-mixed" if spec.autocast_dtype is not None else "16-true"
+        notes.append(f"{spec.label} is not supported at speed on {device.name}: it has no bf16 tensor cores "
+                     f"(bf16 needs Ampere or newer), so bf16 matrix math is predicted at the fp32 rate, as it "
+                     f"would run; {faster} uses its fp16 tensor cores")
+    if spec.matmul_tf32 and spec.param_dtype == torch.float32 and spec.autocast_dtype is None \
+            and not device.peak_tflops.get("tf32"):
+        notes.append(f"TF32 has no effect on {device.name} (it needs Ampere or newer): fp32 matmuls are "
+                     f"predicted on CUDA cores")
+    return tuple(notes)

@@ -212,8 +212,14 @@ def cpu_coefficients(result: ProbeResult) -> CostCoefficients:
         launch_latency_s=0.0,
         sync_s=0.0,
         host_step_s=20 * result.small_op_s,
+        # The GPU's fitted latencies, per-call host costs and library overheads do not apply to a
+        # CPU, whose per-op costs the probe measured.
+        latency_s={},
+        host_call_s={},
+        host_class_s={},
+        compute_eff={"conv_dw": 0.2},
         source=f"CPU probe: {result.device_name}",
-        extra={**base.extra, "gemm_model": "roofline", "gemm_half_rate_dim": half_dim,
+        extra={**base.extra, "host_scale": 1.0, "gemm_model": "roofline", "gemm_half_rate_dim": half_dim,
                "synchronous": True, "cache_bytes": 4e6, "cache_bw_gbs": max(result.cache_copy_gbps, result.copy_gbps)},
     )
 

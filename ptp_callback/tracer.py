@@ -32,27 +32,36 @@ from __future__ import annotations
 
 import contextlib
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, is_dataclass, replace
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .costs import OpCost, describe_op, op_kind
-from .cuda_autocast import cuda_autocast_on_cpu
+from .attention import run_sdpa
+from .costs import OpCost, describe_op, is_known, op_kind
+from .cuda_autocast import casts_to_fp32, cuda_autocast_on_cpu
+from .fused import run_rms_norm
 from .precision import PrecisionSpec, as_precision
+from .recurrent import is_rnn, run_rnn
 
 StepFn = Callable[[torch.nn.Module, Any], Any]
 OptimizerArg = torch.optim.Optimizer | Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer] | None
 
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
+_PRIM_DEVICE = torch.ops.prim.device.default
 
 
 class TraceError(RuntimeError):
     """The step could not be traced; the message names the op and module that stopped it."""
+
+
+class TraceWarning(UserWarning):
+    """The trace holds ops the cost model has no rule for (priced by the bytes they move)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +129,8 @@ class Trace:
     # Bytes of the optimizer's state after a step (Adam's two moments, SGD's momentum buffers...):
     # with the parameters, what a checkpoint holds.
     optimizer_state_bytes: int = 0
+    # Ops the cost model has no rule for, with their count: priced by their bytes, and warned about.
+    unknown_ops: dict[str, int] = field(default_factory=dict)
 
     @property
     def proxy(self) -> bool:
@@ -159,11 +170,14 @@ class _Recorder(TorchDispatchMode):
         self.views = 0
         self.module_calls = 0
         self.failed_op: str | None = None
-        # Dropout that CUDA's fused attention applies in-kernel (set while tracing SDPA without it).
-        self.attention_dropout = False
-        self._dropout_of_forward_attention: list[bool] = []
+        self.unknown: dict[str, int] = {}  # ops the cost model has no rule for, and how often
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if func is _PRIM_DEVICE and args and isinstance(args[0], FakeTensor):
+            # A fake tensor's device is answered in Python (C++ asks thousands of times a step:
+            # autograd's checks): answer here as FakeTensorMode would, without its dispatch. A
+            # real run reads a field, so this is no host work of the step either.
+            return args[0].fake_device
         kwargs = kwargs or {}
         try:
             out = func(*args, **kwargs)
@@ -177,28 +191,23 @@ class _Recorder(TorchDispatchMode):
         if kind == "view":
             self.views += 1
             return out
+        if kind == "free":
+            return out
         cost = describe_op(func, args, kwargs, out, matmul_tf32=self.spec.matmul_tf32,
                            conv_tf32=self.spec.conv_tf32, phase=self.phase)
-        if cost.op_class == "attention":
-            cost = self._with_attention_dropout(cost)
-        in_shapes, in_dtypes = _meta_of((args, kwargs))
-        out_shapes, out_dtypes = _meta_of(out)
-        self.ops.append(OpRecord(str(func), self.phase, self.module_of(), cost, in_shapes, in_dtypes,
-                                 out_shapes, out_dtypes, self.views, self.module_calls,
-                                 replay=_replay_spec(args, kwargs) if cost.kernels else None))
-        self.views = 0
-        self.module_calls = 0
+        if not is_known(func):
+            self.unknown[str(func)] = self.unknown.get(str(func), 0) + 1
+        self.record(str(func), cost, (args, kwargs), out, _replay_spec(args, kwargs) if cost.kernels else None)
         return out
 
-    def _with_attention_dropout(self, cost: OpCost) -> OpCost:
-        # Backward attention ops run in reverse order of their forwards: pair them LIFO.
-        if not cost.backward:
-            dropout = cost.dropout or self.attention_dropout
-            self._dropout_of_forward_attention.append(dropout)
-        else:
-            dropout = cost.dropout or (self._dropout_of_forward_attention.pop()
-                                       if self._dropout_of_forward_attention else False)
-        return cost if dropout == cost.dropout else replace(cost, dropout=dropout)
+    def record(self, name: str, cost: OpCost, inputs: Any, outputs: Any, replay: Any = None) -> None:
+        """Append one op record, charging it the metadata ops and module calls since the last one."""
+        in_shapes, in_dtypes = _meta_of(inputs)
+        out_shapes, out_dtypes = _meta_of(outputs)
+        self.ops.append(OpRecord(name, self.phase, self.module_of(), cost, in_shapes, in_dtypes,
+                                 out_shapes, out_dtypes, self.views, self.module_calls, replay=replay))
+        self.views = 0
+        self.module_calls = 0
 
     def pseudo(self, name: str, params: int = 0) -> None:
         """Record host work that no aten op shows (a sync, a per-parameter Python loop)."""
@@ -225,64 +234,70 @@ class _Recorder(TorchDispatchMode):
 
 
 class _ModulePath:
-    """The innermost module running now, forward and backward (via torch's ModuleTracker)."""
+    """The innermost module whose forward is running (``"Model.layer.0.attn"``), from global
+    module hooks, and a count of module calls (host work) for the recorder.
 
-    def __init__(self, recorder_ref: list[_Recorder]) -> None:
-        from torch.utils.module_tracker import ModuleTracker
+    Backward ops are not attributed to modules: per-module backward hooks (as
+    ``torch.utils.module_tracker`` adds) cost more trace time than the attribution is worth.
+    """
 
-        self.tracker = ModuleTracker()
+    def __init__(self, recorder_ref: list[_Recorder], model: torch.nn.Module | None = None) -> None:
         self.recorder_ref = recorder_ref
-        self._handle: Any = None
+        root = type(model).__name__ if model is not None else ""
+        self.names: dict[int, str] = {}
+        if model is not None:
+            for name, module in model.named_modules():
+                self.names.setdefault(id(module), f"{root}.{name}" if name else root)
+        self.stack: list[str] = []
+        self._handles: list[Any] = []
 
     def current(self) -> str:
-        parents = self.tracker.parents
-        if not parents:
-            return ""
-        deepest = max(parents, key=lambda p: (p.count("."), len(p)))
-        return deepest if deepest != "Global" else ""
+        return self.stack[-1] if self.stack else ""
 
     def __enter__(self) -> _ModulePath:
-        self.tracker.__enter__()
-
-        def count_call(module: torch.nn.Module, args: Any) -> None:
+        def enter(module: torch.nn.Module, args: Any) -> None:
+            self.stack.append(self.names.get(id(module)) or type(module).__name__)
             if self.recorder_ref:
                 self.recorder_ref[0].module_calls += 1
 
-        self._handle = torch.nn.modules.module.register_module_forward_pre_hook(count_call)
+        def leave(module: torch.nn.Module, args: Any, output: Any) -> None:
+            if self.stack:
+                self.stack.pop()
+
+        hooks = torch.nn.modules.module
+        self._handles = [hooks.register_module_forward_pre_hook(enter),
+                         hooks.register_module_forward_hook(leave, always_call=True)]
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self._handle.remove()
-        self.tracker.__exit__(*exc)
+        for handle in self._handles:
+            handle.remove()
+        self.stack.clear()
 
 
-class _CudaKernelChoices(TorchFunctionMode):
-    """Traces SDPA and dropout as CUDA runs them (see module doc).
+class _CudaKernels(TorchFunctionMode):
+    """Records attention, recurrent layers and dropout as a CUDA GPU runs them (see module doc).
 
-    CUDA's fused SDPA kernels apply dropout inside the kernel, so SDPA is traced with dropout
-    off; CUDA's dropout is one fused ``native_dropout`` kernel where CPU uses three
-    (``bernoulli_``, ``div_``, ``mul``).
+    Active for every CUDA target, on the CPU proxy and on a local GPU alike, so that both record
+    the same kernels: SDPA as one fused kernel (``attention.py``), ``nn.LSTM``/``GRU``/``RNN`` as one
+    cuDNN call (``recurrent.py``), ``F.rms_norm`` as its fused kernel (``fused.py``). On the CPU proxy dropout is traced as CUDA's one fused
+    ``native_dropout`` kernel where CPU runs three (``bernoulli_``, ``div_``, ``mul``).
     """
 
-    def __init__(self, recorder: _Recorder) -> None:
+    def __init__(self, recorder: _Recorder, proxy: bool) -> None:
         super().__init__()
         self.recorder = recorder
+        self.proxy = proxy
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         if func is torch.nn.functional.scaled_dot_product_attention:
-            dropout_p = args[4] if len(args) > 4 else kwargs.get("dropout_p", 0.0)
-            if dropout_p:
-                if len(args) > 4:
-                    args = (*args[:4], 0.0, *args[5:])
-                else:
-                    kwargs = {**kwargs, "dropout_p": 0.0}
-                self.recorder.attention_dropout = True
-                try:
-                    return func(*args, **kwargs)
-                finally:
-                    self.recorder.attention_dropout = False
-        elif func is torch.nn.functional.dropout:
+            return run_sdpa(func, args, kwargs, self.recorder)
+        if is_rnn(func):
+            return run_rnn(func, args, kwargs, self.recorder, self.recorder.spec.conv_tf32)
+        if func is torch.nn.functional.rms_norm or func is torch.rms_norm:
+            return run_rms_norm(func, args, kwargs, self.recorder, casts_to_fp32("rms_norm"))
+        if self.proxy and func is torch.nn.functional.dropout:
             p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
             training = args[2] if len(args) > 2 else kwargs.get("training", True)
             if training and 0.0 < p < 1.0 and isinstance(args[0], torch.Tensor):
@@ -487,7 +502,7 @@ def _trace(
     proxy_for_cuda = device.type == "cpu" and target_type == "cuda"
     started = time.perf_counter()
     recorder_ref: list[_Recorder] = []
-    module_path = _ModulePath(recorder_ref)
+    module_path = _ModulePath(recorder_ref, model)
     recorder = _Recorder(spec, module_path.current)
     recorder_ref.append(recorder)
     mappings: list[str] = []
@@ -513,8 +528,8 @@ def _trace(
         if not train:
             stack.enter_context(torch.no_grad())
         stack.enter_context(module_path)
-        if proxy_for_cuda:
-            stack.enter_context(_CudaKernelChoices(recorder))
+        if target_type == "cuda":
+            stack.enter_context(_CudaKernels(recorder, proxy=proxy_for_cuda))
         stack.enter_context(recorder)
         try:
             with recorder.in_phase("forward"), _autocast(spec, device, proxy_for_cuda, mappings):
@@ -543,6 +558,10 @@ def _trace(
             ) from exc
 
     unique = list(dict.fromkeys(model.parameters()))
+    notes = []
+    if recorder.unknown:
+        notes.append(_unknown_ops_message(recorder.unknown, len(recorder.ops)))
+        warnings.warn(f"ptp: {notes[-1]}", TraceWarning, stacklevel=4)
     return Trace(
         ops=recorder.ops,
         precision=spec,
@@ -556,7 +575,16 @@ def _trace(
         mappings=tuple(mappings),
         optimizer_name=type(optimizer_copy).__name__ if optimizer_copy is not None else "",
         optimizer_state_bytes=_state_bytes(optimizer_copy) if optimizer_copy is not None else 0,
+        notes=notes,
+        unknown_ops=dict(recorder.unknown),
     )
+
+
+def _unknown_ops_message(unknown: dict[str, int], total: int) -> str:
+    count = sum(unknown.values())
+    listed = ", ".join(f"{name} x{n}" for name, n in sorted(unknown.items(), key=lambda kv: -kv[1]))
+    return (f"the cost model has no rule for {len(unknown)} op(s) making {count} of {total} recorded ops "
+            f"({100.0 * count / max(1, total):.1f}%), priced by the bytes they move: {listed}")
 
 
 def _state_bytes(optimizer: torch.optim.Optimizer) -> int:
@@ -581,3 +609,49 @@ def _autocast(spec: PrecisionSpec, device: torch.device, proxy_for_cuda: bool, m
                 mappings.append("autocast: CUDA cast policy replayed on CPU")
         stack.enter_context(torch.autocast(device.type, dtype=spec.autocast_dtype))
         yield
+
+
+class OpContext:
+    """What :func:`record_ops` hands its function: the phase and autocast switches of a step."""
+
+    def __init__(self, recorder: _Recorder, spec: PrecisionSpec, mappings: list[str]) -> None:
+        self._recorder = recorder
+        self._spec = spec
+        self._mappings = mappings
+
+    def phase(self, name: str) -> contextlib.AbstractContextManager[None]:
+        """Record what runs inside as ``forward``, ``backward`` or ``optimizer`` work."""
+        return self._recorder.in_phase(name)
+
+    def autocast(self) -> contextlib.AbstractContextManager[None]:
+        """The precision's autocast (CUDA's cast policy), as a training step's forward runs in."""
+        return _autocast(self._spec, torch.device("cpu"), True, self._mappings)
+
+    def setup(self) -> contextlib.AbstractContextManager[None]:
+        """Work not to record (building the tensors and modules the recorded ops use)."""
+        return self._recorder.paused()
+
+
+def record_ops(fn: Callable[[OpContext], Any], precision: str | int | PrecisionSpec = "32-true") -> list[OpRecord]:
+    """The op records of ``fn`` as a step traced for a CUDA target would hold them.
+
+    ``fn`` builds its own tensors and modules under ``ctx.setup()`` (they are fake: nothing is
+    allocated) and runs a few ops; it may wrap work in ``ctx.phase("backward")`` and
+    ``ctx.autocast()``. For pinning the cost of single ops (tests, the per-op benchmarks) with the
+    very records a trace holds.
+
+    >>> def matmul(ctx):
+    ...     with ctx.setup():
+    ...         a, b = torch.randn(64, 32), torch.randn(32, 16)
+    ...     a @ b
+    >>> [(op.name, op.cost.flops) for op in record_ops(matmul)]
+    [('aten.mm.default', 65536.0)]
+    """
+    spec = as_precision(precision)
+    recorder_ref: list[_Recorder] = []
+    module_path = _ModulePath(recorder_ref)
+    recorder = _Recorder(spec, module_path.current)
+    recorder_ref.append(recorder)
+    with FakeTensorMode(allow_non_fake_inputs=True), module_path, _CudaKernels(recorder, proxy=True), recorder:
+        fn(OpContext(recorder, spec, []))
+    return recorder.ops

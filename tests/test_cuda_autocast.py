@@ -25,10 +25,23 @@ def test_lists_match_the_installed_pytorch_header():
     if not os.path.exists(header):
         pytest.skip("this PyTorch build ships no ATen headers")
     text = open(header).read()
-    assert set(_header_list(text, "AT_FORALL_FP32")) == set(cuda_autocast.CUDA_FP32_OPS)
-    assert set(_header_list(text, "AT_FORALL_FP32_SET_OPT_DTYPE")) == set(cuda_autocast.CUDA_FP32_SET_OPT_DTYPE_OPS)
+    policy = cuda_autocast.active_policy()  # what the installed PyTorch's CUDA autocast casts
+    assert set(_header_list(text, "AT_FORALL_FP32")) == set(policy["fp32"])
+    assert set(_header_list(text, "AT_FORALL_FP32_SET_OPT_DTYPE")) == set(policy["fp32_set_opt_dtype"])
     lower = set(_header_list(text, "AT_FORALL_LOWER_PRECISION_FP"))
-    assert set(cuda_autocast.CUDA_ONLY_LOWER_PRECISION_OPS) <= lower
+    assert set(policy["lower_precision"]) <= lower
+
+
+def test_policy_keeps_only_ops_the_installed_pytorch_casts(monkeypatch):
+    # As on PyTorch 2.11, where CUDA autocast has no kernel for rms_norm: it is not cast to fp32.
+    registered = cuda_autocast._cuda_autocast_kernel
+    monkeypatch.setattr(cuda_autocast, "_cuda_autocast_kernel", lambda op: op != "rms_norm" and registered(op))
+    assert "rms_norm" not in cuda_autocast.active_policy()["fp32"]
+    assert not cuda_autocast.casts_to_fp32("rms_norm") and cuda_autocast.casts_to_fp32("layer_norm")
+    x = torch.randn(4, 16).bfloat16()
+    with cuda_autocast.cuda_autocast_on_cpu() as overridden, torch.autocast("cpu", dtype=torch.bfloat16):
+        assert "rms_norm" not in overridden and "layer_norm" in overridden
+        assert F.layer_norm(x, (16,)).dtype == torch.float32
 
 
 def test_policy_applies_inside_and_is_removed_after():

@@ -49,3 +49,26 @@ def test_tf32_flags_are_read_at_call_time_and_overridable():
 def test_label_spells_out_tf32():
     assert PrecisionSpec.from_setting("32-true", matmul_tf32=True).label == "32-true+tf32"
     assert PrecisionSpec.from_setting("bf16-mixed").label == "bf16-mixed"
+
+
+@pytest.mark.parametrize("device", ["t4", "v100-sxm2-16gb"])
+@pytest.mark.parametrize("precision", ["bf16-mixed", "bf16-true"])
+def test_bf16_before_ampere_is_flagged(device, precision):
+    from ptp_callback.devices import get_device
+    from ptp_callback.precision import support_notes
+
+    notes = support_notes(PrecisionSpec.from_setting(precision), get_device(device))
+    assert len(notes) == 1 and "no bf16 tensor cores" in notes[0] and "Ampere" in notes[0]
+    assert ("16-mixed" if precision == "bf16-mixed" else "16-true") in notes[0]
+
+
+def test_supported_precisions_have_no_note():
+    from ptp_callback.devices import get_device
+    from ptp_callback.precision import support_notes
+
+    for device in ("h100-sxm", "a100-sxm-80gb", "l4"):
+        for precision in ("32-true", "16-mixed", "bf16-mixed", "bf16-true"):
+            assert support_notes(PrecisionSpec.from_setting(precision), get_device(device)) == ()
+    assert support_notes(PrecisionSpec.from_setting("16-mixed"), get_device("t4")) == ()
+    tf32 = PrecisionSpec.from_setting("32-true", matmul_tf32=True)
+    assert "TF32 has no effect" in support_notes(tf32, get_device("v100-sxm2-16gb"))[0]

@@ -152,3 +152,25 @@ def test_gradient_all_reduce_arithmetic():
     hidden = ddp_exposed_seconds(1e9, 1.0, world_size=4, link_gbs=450.0)
     exposed = ddp_exposed_seconds(1e9, 0.0, world_size=4, link_gbs=450.0)
     assert hidden < 0.1 * exposed and exposed > expected
+
+
+def test_bf16_on_a_t4_is_predicted_as_it_runs_and_says_so():
+    from ptp_callback.advisor import advice, compare_precisions
+
+    bf16 = ptp.predict_step(mlp(4096), batch(4096), ce_step, precision="bf16-mixed", device="t4")
+    fp16 = ptp.predict_step(mlp(4096), batch(4096), ce_step, precision="16-mixed", device="t4")
+    fp32 = ptp.predict_step(mlp(4096), batch(4096), ce_step, precision="32-true", device="t4")
+    # No bf16 tensor cores: bf16 matrix math at the fp32 rate, plus autocast's casts.
+    assert bf16.step_s > fp32.step_s > 2 * fp16.step_s
+    assert bf16.warnings and "no bf16 tensor cores" in str(bf16)
+    assert not fp16.warnings and "note:" not in str(fp16)
+    options = compare_precisions(mlp(1024), batch(512), ce_step, current="bf16-mixed", device="t4")
+    line = advice(options, "bf16-mixed", 100.0)
+    assert line.startswith("bf16-mixed is not supported at speed on NVIDIA Tesla T4") and "-> 16-mixed" in line
+    assert all("bf16" not in o.precision for o in options if o.precision != "bf16-mixed")
+
+
+def test_bf16_on_an_h100_is_faster_than_fp32():
+    bf16 = ptp.predict_step(mlp(4096), batch(4096), ce_step, precision="bf16-mixed", device="h100-sxm")
+    fp32 = ptp.predict_step(mlp(4096), batch(4096), ce_step, precision="32-true", device="h100-sxm")
+    assert bf16.step_s < fp32.step_s / 2 and not bf16.warnings

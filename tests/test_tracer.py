@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import resource
+import warnings
 
 import pytest
 import torch
@@ -74,7 +75,8 @@ def test_16_mixed_traces_grad_scaler():
 
 def test_cuda_proxy_uses_cuda_autocast_policy_and_foreach_optimizer():
     model = nn.Sequential(nn.Linear(32, 64), nn.LayerNorm(64), nn.Linear(64, 10))
-    trace = trace_step(model, mlp_batch(), ce_step, None, "bf16-mixed", target_type="cuda")
+    # trace_on="cpu": the proxy itself, also on a machine with a GPU (where "auto" traces on it).
+    trace = trace_step(model, mlp_batch(), ce_step, None, "bf16-mixed", target_type="cuda", trace_on="cpu")
     layer_norms = [op for op in trace.ops if op.name == "aten.native_layer_norm.default"]
     assert layer_norms and layer_norms[0].in_dtypes[0] == "fp32"  # CUDA autocast runs layer_norm in fp32
     assert [op for op in trace.ops if op.phase == "optimizer" and op.name.startswith("aten._foreach_")]
@@ -197,3 +199,133 @@ def test_untraceable_model_names_the_op():
 def test_eval_trace_is_forward_only():
     trace = trace_step(mlp(), mlp_batch(), ce_step, None, "32-true", target_type="cpu", train=False)
     assert {op.phase for op in trace.ops} == {"forward"}
+
+
+def test_cuda_trace_on_a_gpu_matches_the_cpu_proxy():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    model = nn.Sequential(nn.Linear(32, 64), nn.LayerNorm(64), nn.Linear(64, 10))
+    on_gpu = trace_step(model.cuda(), tuple(t.cuda() for t in mlp_batch()), ce_step, None, "bf16-mixed",
+                        trace_on="target")
+    proxy = trace_step(model, mlp_batch(), ce_step, None, "bf16-mixed", target_type="cuda", trace_on="cpu")
+    # The same matrix work, in the same dtypes (the proxy maps CPU's kernels to CUDA's).
+    assert sum(op.cost.flops for op in on_gpu.ops) == sum(op.cost.flops for op in proxy.ops)
+    assert sorted(op.cost.dtype for op in on_gpu.ops if op.cost.op_class == "gemm") == \
+        sorted(op.cost.dtype for op in proxy.ops if op.cost.op_class == "gemm")
+
+
+class RecurrentLM(nn.Module):
+    def __init__(self, cell: type[nn.Module] = nn.LSTM, bidirectional: bool = False) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(100, 16)
+        self.rnn = cell(16, 32, num_layers=2, batch_first=True, bidirectional=bidirectional)
+        self.head = nn.Linear(64 if bidirectional else 32, 100)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.rnn(self.emb(ids))[0])
+
+
+def lm_step(model: nn.Module, batch: tuple[torch.Tensor]) -> torch.Tensor:
+    logits = model(batch[0])
+    return F.cross_entropy(logits.flatten(0, 1), batch[0].flatten())
+
+
+def test_recurrent_layer_is_one_cudnn_call_forward_and_backward():
+    trace = trace_step(RecurrentLM(bidirectional=True), (torch.randint(0, 100, (4, 10)),), lm_step, None, "32-true")
+    rnn = [op for op in trace.ops if op.cost.op_class == "recurrent"]
+    assert [op.name for op in rnn] == ["aten._cudnn_rnn.default", "aten._cudnn_rnn_backward.default"]
+    assert rnn[0].cost.dims == (4, 2, 2, 4, 10, 16, 32, 0)  # gates, layers, directions, batch, seq, in, hidden, proj
+    assert rnn[0].cost.dtype == "tf32"  # cuDNN's TF32 flag is on by default
+    # Per layer and direction 2 x batch x seq x gates x hidden x (input + hidden) FLOPs:
+    # 2 x 4 x 10 x 4 x 32 x 2 directions = 20,480, times (16 + 32) + (64 + 32) = 144 -> 2,949,120.
+    assert rnn[0].cost.flops == 2_949_120 and rnn[1].cost.flops == 2 * 2_949_120
+    assert not [op for op in trace.ops if "lstm" in op.name or "mkldnn" in op.name]
+
+
+def test_recurrent_layer_under_autocast_runs_in_fp16_with_its_casts():
+    trace = trace_step(RecurrentLM(nn.GRU), (torch.randint(0, 100, (4, 10)),), lm_step, None, "bf16-mixed")
+    forward = [op for op in trace.ops if op.phase == "forward"]
+    rnn = next(op for op in forward if op.cost.op_class == "recurrent")
+    assert rnn.cost.dtype == "fp16"  # PyTorch's cuDNN RNN autocast casts to fp16, whatever the autocast dtype
+    # The input, the initial hidden state and the 8 weights and biases of 2 layers are cast first.
+    casts = [op for op in forward[: forward.index(rnn)] if op.cost.op_class == "cast" and op.out_dtypes == ("fp16",)]
+    assert len(casts) == 10
+
+
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed", "bf16-true"])
+def test_grouped_query_attention_is_one_fused_kernel(precision):
+    class GQA(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.scale = nn.Parameter(torch.ones(()))
+
+        def forward(self, q, k, v):
+            return F.scaled_dot_product_attention(q * self.scale, k, v, is_causal=True, enable_gqa=True)
+
+    q = torch.randn(2, 8, 16, 32, requires_grad=True)
+    k, v = (torch.randn(2, 2, 16, 32, requires_grad=True) for _ in range(2))
+    trace = trace_step(GQA(), (q, k, v), lambda m, b: m(*b).sum(), None, precision)
+    attention = [op for op in trace.ops if op.cost.op_class == "attention"]
+    if precision == "32-true":
+        # fp32 grouped-query attention has no fused CUDA kernel (PyTorch 2.11): the math path runs.
+        assert not attention and any(op.name == "aten.bmm.default" for op in trace.ops)
+        return
+    assert [op.cost.backward for op in attention] == [False, True]
+    assert attention[0].cost.dims == (2, 8, 2, 16, 16, 32, 32) and attention[0].cost.causal
+    # Key/value heads broadcast to the 8 query heads: two batched GEMMs of 2 x 8 = 16 matrices,
+    # 16 x 32 @ 32 x 16 and 16 x 16 @ 16 x 32: 2 x (2 x 16 x 16 x 16 x 32) = 524,288 FLOPs.
+    assert attention[0].cost.flops == 524_288
+
+
+def test_ops_the_cost_model_does_not_know_are_reported():
+    @torch.library.custom_op("ptp_test::shift", mutates_args=())
+    def shift(x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+    @shift.register_fake
+    def _(x):
+        return torch.empty_like(x)
+
+    model = nn.Linear(32, 10)
+    with pytest.warns(UserWarning, match=r"no rule for 1 op\(s\) making 1 of \d+ recorded ops .*ptp_test\.shift"):
+        trace = trace_step(model, mlp_batch(), lambda m, b: F.cross_entropy(m(shift(b[0])), b[1]), None, "32-true")
+    assert trace.unknown_ops == {"ptp_test.shift.default": 1}
+    unknown = next(op for op in trace.ops if op.name == "ptp_test.shift.default")
+    assert unknown.cost.bytes == 2 * 8 * 32 * 4  # priced by what it reads and writes, never as free
+
+
+def _predictions(models, precision):
+    from ptp_callback.coefficients import HOPPER
+    from ptp_callback.devices import get_device
+    from ptp_callback.predict import simulate
+
+    return [simulate(trace_step(m, b, f, None, precision), get_device("h100-sxm"), HOPPER).step_s for m, b, f in models]
+
+
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed", "bf16-true", "16-true"])
+def test_prediction_does_not_depend_on_the_host_cpu_kernels(precision):
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                                      intermediate_size=128, vocab_size=100, attn_implementation="sdpa")
+    torch.manual_seed(0)
+    models = [
+        (RecurrentLM(nn.GRU), (torch.randint(0, 100, (4, 24)),), lm_step),
+        (transformers.LlamaForCausalLM(config), (torch.randint(0, 100, (2, 16)),),
+         lambda m, b: m(input_ids=b[0], labels=b[0]).loss),
+        (nn.Sequential(nn.Conv2d(3, 16, 3), nn.BatchNorm2d(16), nn.ReLU(), nn.Flatten(), nn.LazyLinear(10)),
+         (torch.randn(2, 3, 16, 16), torch.randint(0, 10, (2,))), ce_step),
+    ]
+    models[2][0](models[2][1][0])  # materialize the lazy layer
+    native = _predictions(models, precision)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # oneDNN's note about Intel GPUs
+        with torch.backends.mkldnn.flags(enabled=False):  # no oneDNN kernels: other CPU code paths
+            without_onednn = _predictions(models, precision)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        one_thread = _predictions(models, precision)
+    finally:
+        torch.set_num_threads(threads)
+    for a, b, c in zip(native, without_onednn, one_thread):
+        assert b == pytest.approx(a, rel=0.01) and c == pytest.approx(a, rel=0.01)

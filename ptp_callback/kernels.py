@@ -1,0 +1,304 @@
+"""Device time of one recorded op's kernels, per op class: the fitted per-op cost model.
+
+Every formula works on a device's datasheet peaks (FLOP/s per math dtype, DRAM bandwidth, SM
+count) and the class coefficients of :mod:`coefficients`, fitted on per-op H100 timings over
+broad shape grids (``benchmarks/fit_coefficients.py``), never on a model:
+
+* ``gemm``: wave-quantized tiles (NeuSight-style): CTAs = tiles x split-K, waves =
+  ceil(CTAs / SMs), each tile costs ``2 * Mt * Nt * (K / split + k_fill)`` FLOPs at its share of
+  the dtype's peak; the best tile and split-K is taken, as cuBLAS heuristics do. A tensor-core
+  GEMM whose leading dimensions are not 16-byte aligned runs older narrow-load kernels at a
+  fraction of that rate, by alignment (``costs._gemm_alignment``). Never less than the memory time.
+* ``conv``: by kernel family and pass. Dense, 1x1 and grouped convolutions are their implicit
+  GEMMs (forward; data and weight gradients, ``groups`` GEMMs each) through the wave model at a
+  per-family, per-pass efficiency, plus cuDNN's NCHW<->NHWC conversions for tensor-core math.
+  ``conv_dw``: depthwise convolutions run CUDA-core kernels whose time follows the multiply-adds
+  (``flops`` at a fitted rate) or the bytes, whichever is longer.
+* ``attention``: FLOPs at a fraction of peak that grows with the keys a query block sweeps and
+  with the head dimension, on the waves of (batch x heads x query blocks) CTAs; causal halves the
+  work; dropout in the kernel costs extra.
+* ``recurrent``: a cuDNN RNN call is a fixed setup cost and, per layer and direction, one GEMM
+  over all time steps for the input projection and then one step after another: the recurrent
+  GEMM of each step (never faster than a fixed per-step latency, which depends on whether
+  cuDNN's persistent kernels run the layer), backward the same plus the weight-gradient GEMMs.
+* everything else: bytes over bandwidth at the class's efficiency, plus the class's latency.
+
+Plus a fixed floor per kernel.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from .coefficients import CostCoefficients, pick
+from .costs import OpCost
+
+if TYPE_CHECKING:
+    from .devices import DeviceSpec
+    from .tracer import OpRecord
+
+# Output tiles (rows, cols) a GEMM kernel may use: tensor-core tiles, and CUDA-core (SIMT) fp32
+# tiles. A tile's rate relative to the largest follows its area: ``A / (A + a0)`` normalized,
+# with ``a0`` (``gemm_tile_eff["tensor"]`` / ``["simt"]``) fitted: smaller tiles re-read their
+# operands more often per multiply-add.
+_TILES = {
+    "tensor": ((128, 256), (256, 128), (128, 128), (256, 64), (128, 64), (64, 128), (64, 64), (64, 32), (32, 64)),
+    "simt": ((128, 128), (128, 64), (64, 128), (64, 64), (64, 32), (32, 64), (32, 32)),
+}
+_SPLITS = (1, 2, 4, 8, 16)
+_QUERY_BLOCK = 128  # rows of queries per attention CTA (flash and memory-efficient kernels)
+
+
+class UnsupportedDtype(ValueError):
+    """The device has no way to run this dtype at all (e.g. fp8 GEMMs before Ada/Hopper)."""
+
+
+def math_dtype(device: DeviceSpec, dtype: str) -> str:
+    """The dtype whose peak a math dtype runs at on ``device`` (see :func:`peak_flops`)."""
+    peaks = device.peak_tflops
+    if peaks.get(dtype):
+        return dtype
+    if dtype == "tf32":
+        return "fp32"  # no TF32 tensor cores (before Ampere): fp32 on CUDA cores
+    if dtype == "bf16":
+        return "fp32"  # no bf16 tensor cores (before Ampere): emulated, at best the fp32 rate
+    if dtype == "fp64":
+        return "fp32"
+    if dtype == "fp8":
+        raise UnsupportedDtype(f"{device.name} has no fp8 math (needs Ada or Hopper)")
+    return "fp32"
+
+
+def peak_flops(device: DeviceSpec, dtype: str) -> float:
+    """Dense peak FLOP/s the device reaches for a math dtype (its fallback where it has no fast path)."""
+    try:
+        key = math_dtype(device, dtype)
+    except UnsupportedDtype:
+        key = "fp16" if device.peak_tflops.get("fp16") else "fp32"
+    value = device.peak_tflops.get(key) or device.peak_tflops.get("fp32")
+    if not value:
+        raise ValueError(f"device {device.key} has no fp32 peak")
+    return value * 1e12
+
+
+def _family(device: DeviceSpec, dtype: str) -> str:
+    """Which coefficients a math dtype uses: those of the dtype it really runs as."""
+    try:
+        return math_dtype(device, dtype)
+    except UnsupportedDtype:
+        return "fp16"
+
+
+def _bandwidth(device: DeviceSpec) -> float:
+    return device.memory_bw_gbs * 1e9
+
+
+def memory_seconds(nbytes: float, device: DeviceSpec, coef: CostCoefficients, op_class: str, dtype: str,
+                   backward: bool = False) -> float:
+    """Seconds to move ``nbytes`` through DRAM at the class's share of the device's bandwidth."""
+    return nbytes / (_bandwidth(device) * coef.memory_efficiency(op_class, dtype, backward))
+
+
+def wave_seconds(batch: int, m: int, n: int, k: int, dtype: str, device: DeviceSpec, coef: CostCoefficients,
+                 scale: float = 1.0) -> float:
+    """Wave-quantized time of ``batch`` GEMMs of ``(m x k) @ (k x n)`` (see module doc).
+
+    ``scale`` multiplies the efficiency (convolutions' implicit GEMMs, misaligned kernels).
+    """
+    if batch == 0:
+        return 0.0
+    family = _family(device, dtype)
+    per_sm = peak_flops(device, dtype) * pick(coef.gemm_eff, ("gemm", family), 0.7) * scale / device.sm_count
+    kind = "simt" if family in ("fp32", "fp64") else "tensor"
+    candidates = _wave_candidates(batch, m, n, k, kind, device.sm_count, pick(coef.gemm_k_fill, ("gemm", family), 64.0),
+                                  coef.gemm_tile_eff.get(kind, 0.0))
+    bandwidth = _bandwidth(device) * coef.memory_efficiency("elementwise", "fp32")
+    return min(units / per_sm + split_bytes / bandwidth for units, split_bytes in candidates)
+
+
+@lru_cache(maxsize=1 << 18)
+def _wave_candidates(batch: int, m: int, n: int, k: int, kind: str, sms: int, k_fill: float,
+                     a0: float) -> tuple[tuple[float, float], ...]:
+    """Per tile and split-K choice: the FLOPs one SM runs over all waves (at the tile's relative
+    rate), and the bytes of fp32 partial sums a split-K writes and reads back. Cached: the fits
+    evaluate the same shapes thousands of times."""
+    tiles = _TILES[kind]
+    largest = tiles[0][0] * tiles[0][1]
+    out = []
+    for rows, cols in tiles:
+        area = rows * cols
+        relative = (area / (area + a0)) / (largest / (largest + a0))
+        base_ctas = batch * math.ceil(m / rows) * math.ceil(n / cols)
+        for split in _SPLITS:
+            if split > 1 and (k / split < 256 or base_ctas >= sms):
+                break
+            waves = math.ceil(base_ctas * split / sms)
+            units = waves * 2.0 * rows * cols * (k / split + k_fill) / relative
+            out.append((units, 2.0 * split * batch * m * n * 4 if split > 1 else 0.0))
+    return tuple(out)
+
+
+def misaligned_scale(cost: OpCost, coef: CostCoefficients, family: str) -> float:
+    """Relative rate of the narrow-load kernels cuBLAS falls back to for a misaligned GEMM."""
+    if not cost.misaligned:
+        return 1.0
+    align = max(1, cost.alignment)
+    return pick(coef.gemm_eff, ("misaligned", family, str(align)), 0.2)
+
+
+def gemm_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> float:
+    """Time of a GEMM op: wave-quantized tiles on a GPU, a measured-rate roofline on a CPU."""
+    batch, m, n, k = cost.gemm or (1, 1, 1, 1)
+    memory = memory_seconds(cost.bytes, device, coef, "gemm", cost.dtype)
+    if coef.extra.get("gemm_model") == "roofline":
+        # A CPU: measured rates, falling with the smallest dimension (packing and blocking
+        # overheads are amortized over fewer multiply-adds).
+        smallest = min(m, n, k)
+        half = coef.extra.get("gemm_half_rate_dim", {}).get(cost.dtype, 0.0)
+        rate = peak_flops(device, cost.dtype) * pick(coef.gemm_eff, ("gemm", cost.dtype), 1.0) * smallest / (smallest + half)
+        return max(cost.flops / rate, memory)
+    family = _family(device, cost.dtype)
+    scale = misaligned_scale(cost, coef, family)
+    return max(wave_seconds(batch, m, n, k, cost.dtype, device, coef, scale), memory)
+
+
+def conv_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> float:
+    """A dense, pointwise or grouped convolution (see module doc)."""
+    family = _family(device, cost.dtype)
+    kind = cost.kernel or "dense"
+    direction = "bwd" if cost.backward else "fwd"
+    if cost.gemms and coef.extra.get("gemm_model") != "roofline":
+        passes = ("dgrad", "wgrad") if cost.backward else ("fwd",)
+        compute = 0.0
+        aligned = _channel_alignment(cost, coef)
+        for gemm, part in zip(cost.gemms, passes):
+            scale = pick(coef.conv_eff, ("conv", kind, part, family), 0.8) * aligned
+            compute += wave_seconds(*gemm, cost.dtype, device, coef, scale)
+    else:
+        scale = pick(coef.conv_eff, ("conv", kind, "fwd", family), 0.8)
+        compute = cost.flops / (peak_flops(device, cost.dtype) * pick(coef.gemm_eff, ("gemm", family), 0.7) * scale)
+    bandwidth = _bandwidth(device)
+    memory = cost.bytes / (bandwidth * pick(coef.mem_eff, ("conv", kind, direction), 0.8))
+    passes_of_layout = pick(coef.extra, ("conv_layout_passes", kind, family), 1.0)
+    layout = cost.layout_bytes * passes_of_layout / (bandwidth * coef.memory_efficiency("elementwise", cost.dtype))
+    aux = memory_seconds(cost.aux_bytes, device, coef, "reduction", cost.dtype)
+    latency = pick(coef.latency_s, ("conv", kind, direction), 0.0)
+    if kind == "grouped" and cost.dims:
+        latency += cost.dims[6] * pick(coef.latency_s, ("conv", kind, "per_group"), 0.0)
+    return max(compute, memory) + layout + aux + latency
+
+
+def _channel_alignment(cost: OpCost, coef: CostCoefficients) -> float:
+    """Relative rate of cuDNN's kernels by how the channels per group align: measured on the H100,
+    3x3 convolutions whose input and output channels were both not multiples of 32 ran 15-30%
+    slower than the per-family rate, those with both multiples of 32 5-20% faster."""
+    if len(cost.dims) != 8:
+        return 1.0
+    groups = max(1, cost.dims[6])
+    rate = 1.0
+    for channels in (cost.dims[1] // groups, cost.dims[2] // groups):
+        align = next((a for a in (32, 16, 8) if channels % a == 0), 1)
+        rate *= coef.conv_eff.get(f"channel_align:{align}", 1.0)
+    return rate
+
+
+def depthwise_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> float:
+    """A depthwise convolution: CUDA-core multiply-adds or bytes, whichever takes longer."""
+    family = _family(device, cost.dtype)
+    direction = "bwd" if cost.backward else "fwd"
+    rate = pick(coef.compute_eff, ("conv_dw", direction, family), 0.03) * peak_flops(device, "fp32")
+    memory = memory_seconds(cost.bytes, device, coef, "conv_dw", cost.dtype, cost.backward)
+    return max(cost.flops / rate, memory) + pick(coef.latency_s, ("conv_dw", direction), 0.0)
+
+
+def attention_seconds(op: OpRecord, device: DeviceSpec, coef: CostCoefficients) -> float:
+    """A fused attention kernel (see module doc)."""
+    cost = op.cost
+    family = _family(device, cost.dtype)
+    direction = "bwd" if cost.backward else "fwd"
+    if len(cost.dims) == 7:
+        batch, heads, _kv_heads, q_len, key_len, head_dim, _v_dim = cost.dims
+    else:  # an attention op recorded by name (a CPU target's kernels): shapes from the record
+        q = op.in_shapes[1 if cost.backward else 0] if op.in_shapes else (1, 1, 512, 64)
+        batch, heads, q_len, head_dim = (tuple(q) + (1, 1, 512, 64))[:4] if len(q) == 4 else (1, 1, 512, 64)
+        key_len = op.in_shapes[2][-2] if len(op.in_shapes) > 2 and len(op.in_shapes[2]) >= 2 else q_len
+    eff = pick(coef.attention_eff, ("attention", direction, family), 0.3)
+    swept = key_len / 2 if cost.causal else key_len  # a causal query block sweeps half the keys on average
+    eff *= swept / (swept + pick(coef.extra, ("attention_key_fill", family), 256.0))
+    eff *= head_dim / (head_dim + pick(coef.extra, ("attention_dim_fill", family), 0.0))
+    ctas = batch * heads * math.ceil(q_len / _QUERY_BLOCK)
+    eff *= ctas / (math.ceil(ctas / device.sm_count) * device.sm_count)
+    seconds = cost.flops * (0.5 if cost.causal else 1.0) / (peak_flops(device, cost.dtype) * eff)
+    if cost.dropout:
+        seconds *= 1.0 + coef.extra.get("attention_dropout_cost", 0.5)
+    memory = memory_seconds(cost.bytes, device, coef, "attention", cost.dtype, cost.backward)
+    return max(seconds, memory) + pick(coef.latency_s, ("attention", direction, family), 0.0)
+
+
+def recurrent_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> float:
+    """A cuDNN RNN call, forward or backward (see module doc)."""
+    gates, layers, dirs, batch, seq, inp, hidden, proj = cost.dims
+    family = _family(device, cost.dtype)
+    width = gates * hidden
+    recurrent = proj or hidden
+    persistent = hidden <= coef.recurrent.get("persistent_max_hidden", 0) and family != "bf16"
+    regime = "persistent" if persistent else "standard"
+    direction = "bwd" if cost.backward else "fwd"
+    step_floor = pick(coef.recurrent, (f"step_s:{regime}", direction, family), 20e-6)
+    nbytes = cost.dtype in ("fp32", "tf32") and 4 or 2
+    total = 0.0
+    for layer_input in [inp] + [dirs * recurrent] * (layers - 1):
+        per_step = wave_seconds(1, batch, width, recurrent, cost.dtype, device, coef)
+        # Each step reads the recurrent weights again (cached in L2 when they fit).
+        weights = width * recurrent * nbytes
+        if weights > device.l2_mb * 1e6 * coef.recurrent.get("l2_fraction", 0.5):
+            per_step = max(per_step, memory_seconds(weights, device, coef, "gemm", cost.dtype))
+        steps = seq * max(step_floor, per_step)
+        if cost.backward:
+            big = (wave_seconds(1, batch * seq, layer_input, width, cost.dtype, device, coef)
+                   + wave_seconds(1, width, layer_input + recurrent, batch * seq, cost.dtype, device, coef))
+        else:
+            big = wave_seconds(1, batch * seq, width, layer_input, cost.dtype, device, coef)
+        total += dirs * (steps + big)
+    # cuDNN's per-call setup (descriptors, workspace): measured 1-2 ms per forward+backward, so that a
+    # short sequence costs far more per step than a long one.
+    setup = pick(coef.latency_s, ("recurrent", direction), 0.0)
+    return total * pick(coef.recurrent, ("scale", direction, family), 1.0) + setup
+
+
+def kernel_seconds(op: OpRecord, device: DeviceSpec, coef: CostCoefficients) -> float:
+    """Device time of one op's kernels (0 for host-only ops)."""
+    cost = op.cost
+    if cost.kernels == 0:
+        return 0.0
+    floor = coef.kernel_floor_s * cost.kernels
+    if cost.op_class == "gemm" and cost.gemm is not None:
+        return floor + gemm_seconds(cost, device, coef)
+    if cost.op_class == "conv":
+        return floor + conv_seconds(cost, device, coef)
+    if cost.op_class == "conv_dw" and cost.dims:
+        return floor + depthwise_seconds(cost, device, coef)
+    if cost.op_class == "attention":
+        return floor + attention_seconds(op, device, coef)
+    if cost.op_class == "recurrent" and len(cost.dims) == 8:
+        return floor + recurrent_seconds(cost, device, coef)
+    bandwidth = _bandwidth(device)
+    direction = "bwd" if cost.backward else "fwd"
+    efficiency = coef.memory_efficiency(cost.op_class, cost.dtype, cost.backward)
+    moved = cost.bytes + cost.aux_bytes
+    if moved < coef.extra.get("cache_bytes", 0.0):
+        bandwidth = coef.extra["cache_bw_gbs"] * 1e9  # a CPU: small tensors stay in its caches
+    latency = pick(coef.latency_s, (cost.op_class, direction), 0.0)
+    seconds = moved / (bandwidth * efficiency)
+    if cost.op_class == "norm" and len(cost.dims) == 2:
+        # One row per warp or block: many short rows take longer than their bytes.
+        seconds = max(seconds, cost.dims[0] * pick(coef.latency_s, ("norm_row", direction), 0.0) / device.sm_count)
+    elif cost.op_class.startswith("batch_norm") and len(cost.dims) == 2:
+        # Per-channel statistics: with few channels the kernels cannot use the whole bandwidth
+        # (measured: 16 channels reached 14% of it, 96 channels 66%, 500 or more 90%).
+        channels = cost.dims[1]
+        half = pick(coef.extra, (f"{cost.op_class}_channels_half", direction), 0.0)
+        seconds /= channels / (channels + half)
+    return floor + latency + seconds

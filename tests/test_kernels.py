@@ -1,0 +1,124 @@
+"""The per-class kernel-time formulas, pinned with hand arithmetic on a toy device."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from ptp_callback.coefficients import HOPPER, pick
+from ptp_callback.costs import OpCost
+from ptp_callback.devices import DeviceSpec, get_device
+from ptp_callback.kernels import (
+    attention_seconds,
+    gemm_seconds,
+    kernel_seconds,
+    math_dtype,
+    recurrent_seconds,
+    wave_seconds,
+)
+from ptp_callback.tracer import OpRecord
+
+# 2 SMs, 1 TFLOP/s fp32, 2 TFLOP/s bf16, 1000 GB/s.
+TOY = DeviceSpec(key="toy", name="Toy GPU", arch="hopper", sm_count=2, memory_gb=1, memory_bw_gbs=1000, l2_mb=1,
+                 peak_tflops={"fp32": 1.0, "tf32": 1.0, "bf16": 2.0, "fp16": 2.0})
+# Half the peak, no K-loop fill, every tile size equally fast, no floors: the bare wave model.
+COEF = replace(HOPPER, gemm_eff={"gemm": 0.5, "misaligned:bf16:1": 0.25}, gemm_k_fill={"gemm": 0.0},
+               gemm_tile_eff={"tensor": 0.0, "simt": 0.0}, kernel_floor_s=0.0, latency_s={},
+               mem_eff={"elementwise": 1.0, "gemm": 1.0})
+
+
+def test_pick_takes_the_most_specific_key():
+    table = {"conv": 1.0, "conv:dense": 2.0, "conv:dense:wgrad:bf16": 3.0}
+    assert pick(table, ("conv", "dense", "wgrad", "bf16"), 0.0) == 3.0
+    assert pick(table, ("conv", "dense", "wgrad", "fp16"), 0.0) == 2.0
+    assert pick(table, ("conv", "grouped"), 0.0) == 1.0
+    assert pick(table, ("attention",), 9.0) == 9.0
+
+
+def test_gemm_that_fills_every_sm_runs_at_its_share_of_peak():
+    # 256 x 256 x 1024 in bf16: two 128x256 tiles, one per SM, one wave. Each SM runs
+    # 2 x 128 x 256 x 1024 = 67.1 MFLOP at 2e12 x 0.5 / 2 SMs = 0.5 TFLOP/s: 134.2 us.
+    assert wave_seconds(1, 256, 256, 1024, "bf16", TOY, COEF) == pytest.approx(2 * 128 * 256 * 1024 / 0.5e12)
+
+
+def test_gemm_that_leaves_an_sm_idle_pays_a_whole_wave():
+    # 128 x 384 x 1024: three 128x128 tiles on 2 SMs take 2 waves (a 64-wide tile splits no better,
+    # since K is too short to split), i.e. 4/3 of the balanced time.
+    balanced = 2 * 128 * 384 * 1024 / (2e12 * 0.5)
+    assert wave_seconds(1, 128, 384, 1024, "bf16", TOY, COEF) >= balanced * (1 - 1e-9)
+
+
+def test_misaligned_gemm_runs_at_its_narrow_kernels_rate():
+    aligned = OpCost("gemm", 0.0, 0.0, 1, "bf16", (1, 256, 256, 1024))
+    misaligned = replace(aligned, misaligned=True, alignment=1)
+    assert gemm_seconds(misaligned, TOY, COEF) == pytest.approx(gemm_seconds(aligned, TOY, COEF) / 0.25)
+
+
+def test_gemm_is_never_faster_than_its_bytes():
+    # 1 GB at 1000 GB/s is 1 ms, far more than its 2 MFLOP.
+    cost = OpCost("gemm", 2e6, 1e9, 1, "bf16", (1, 1000, 1, 1000))
+    assert gemm_seconds(cost, TOY, COEF) == pytest.approx(1e-3)
+
+
+def test_bf16_before_ampere_runs_at_the_fp32_rate():
+    t4, v100 = get_device("t4"), get_device("v100-sxm2-16gb")
+    assert math_dtype(t4, "bf16") == "fp32" and math_dtype(v100, "bf16") == "fp32"
+    assert math_dtype(t4, "tf32") == "fp32" and math_dtype(t4, "fp16") == "fp16"
+    bf16 = OpCost("gemm", 2.0 * 4096**3, 0.0, 1, "bf16", (1, 4096, 4096, 4096))
+    fp16 = replace(bf16, dtype="fp16")
+    fp32 = replace(bf16, dtype="fp32")
+    assert gemm_seconds(bf16, t4, HOPPER) == pytest.approx(gemm_seconds(fp32, t4, HOPPER))
+    assert gemm_seconds(bf16, t4, HOPPER) > 4 * gemm_seconds(fp16, t4, HOPPER)
+
+
+def test_recurrent_call_is_input_gemm_plus_sequential_steps():
+    # One LSTM layer, one direction: batch 8, 100 steps, input 16, hidden 32 (gates x hidden = 128).
+    cost = OpCost("recurrent", 0.0, 0.0, 1, "bf16", dims=(4, 1, 1, 8, 100, 16, 32, 0))
+    coef = replace(COEF, recurrent={"persistent_max_hidden": 0, "step_s:standard": 20e-6, "l2_fraction": 0.5})
+    step = max(20e-6, wave_seconds(1, 8, 128, 32, "bf16", TOY, coef))
+    expected = 100 * step + wave_seconds(1, 8 * 100, 128, 16, "bf16", TOY, coef)
+    assert recurrent_seconds(cost, TOY, coef) == pytest.approx(expected)
+    assert 100 * 20e-6 <= expected < 100 * 20e-6 * 1.01  # a small layer is bound by its per-step latency
+    # Backward: the same steps, plus the input's data gradient and both weight gradients.
+    backward = replace(cost, backward=True)
+    expected_bwd = 100 * step + wave_seconds(1, 800, 16, 128, "bf16", TOY, coef) + wave_seconds(1, 128, 48, 800, "bf16", TOY, coef)
+    assert recurrent_seconds(backward, TOY, coef) == pytest.approx(expected_bwd)
+
+
+def test_attention_with_few_query_blocks_leaves_sms_idle():
+    coef = replace(COEF, attention_eff={"attention": 0.5}, extra={"attention_key_fill": 0.0, "attention_dim_fill": 0.0})
+    # batch 1 x 1 head x 128 queries = one query block: one of the 2 SMs works, at half efficiency.
+    op = OpRecord("aten.scaled_dot_product_attention.default", "forward", "",
+                  OpCost("attention", 4.0 * 128 * 128 * 64, 0.0, 1, "bf16", dims=(1, 1, 1, 128, 128, 64, 64)))
+    assert attention_seconds(op, TOY, coef) == pytest.approx(4.0 * 128 * 128 * 64 / (2e12 * 0.5 * 0.5))
+    # Two heads: both SMs busy, twice the work in the same time.
+    two = replace(op, cost=replace(op.cost, flops=2 * op.cost.flops, dims=(1, 2, 2, 128, 128, 64, 64)))
+    assert attention_seconds(two, TOY, coef) == pytest.approx(attention_seconds(op, TOY, coef))
+
+
+def test_layer_norm_with_many_short_rows_is_bound_by_its_rows():
+    coef = replace(COEF, latency_s={"norm_row": 2e-9}, mem_eff={"elementwise": 1.0})
+    # 1,000,000 rows of 8 fp32 values: 64 MB is 64 us at 1000 GB/s; 1e6 rows x 2 ns / 2 SMs = 1 ms.
+    op = OpRecord("aten.native_layer_norm.default", "forward", "", OpCost("norm", 0.0, 64e6, 1, "fp32", dims=(10**6, 8)))
+    assert kernel_seconds(op, TOY, coef) == pytest.approx(1e-3)
+    wide = replace(op, cost=replace(op.cost, dims=(1000, 8000)))
+    assert kernel_seconds(wide, TOY, coef) == pytest.approx(64e-6)
+
+
+def test_batch_norm_over_few_channels_reaches_a_fraction_of_bandwidth():
+    coef = replace(COEF, extra={"batch_norm_channels_half": 32.0}, mem_eff={"elementwise": 1.0})
+    # 12 MB at 1000 GB/s is 12 us; over 32 channels, half the bandwidth: 24 us.
+    op = OpRecord("aten.native_batch_norm.default", "forward", "",
+                  OpCost("batch_norm", 0.0, 12e6, 1, "fp32", dims=(10**5, 32)))
+    assert kernel_seconds(op, TOY, coef) == pytest.approx(24e-6)
+    wide = replace(op, cost=replace(op.cost, dims=(100, 32_000)))
+    assert kernel_seconds(wide, TOY, coef) == pytest.approx(12e-6 * (32_000 + 32) / 32_000)
+
+
+def test_shipped_coefficients_are_fractions_of_peak():
+    for table in (HOPPER.gemm_eff, HOPPER.attention_eff):
+        assert all(0.0 < v <= 1.5 for v in table.values())
+    assert all(0.0 < v <= 1.0 for v in HOPPER.mem_eff.values())
+    assert math.isfinite(HOPPER.host_step_s) and HOPPER.host_step_s > 0
