@@ -191,7 +191,8 @@ class PrecisionTimeCallback(Callback):
         with self._guard("precision advice"), quiet_logging(pl_module):
             text = precision_advice(self.prediction, pl_module, self._example, training_step, trainer.optimizers[0],
                                     current=precision_spec(trainer), schedule=self.forecaster.schedule, fit_s=fit_s,
-                                    measured_step_s=measured_step_s, corrections=self.corrections or None)
+                                    measured_step_s=measured_step_s, corrections=self.corrections or None,
+                                    extra_key=step_code_key(pl_module))
             if text:
                 self.advice_text = text
                 _print(trainer, f"ptp: {text}")

@@ -27,7 +27,8 @@ from .display import format_duration
 from .precision import PrecisionSpec, as_precision, support_notes
 from .predict import simulate
 from .step import resolve_device
-from .tracer import OptimizerArg, StepFn, TraceError, trace_step
+from .trace_cache import cached_trace_step
+from .tracer import OptimizerArg, StepFn, TraceError
 
 # Precisions a switch may be advised to: mixed precision and TF32 keep fp32 weights and master
 # copies, so they change speed, not what the model learns. Pure half precision (``*-true``) is
@@ -76,6 +77,7 @@ def compare_precisions(
     device: str | torch.device | DeviceSpec,
     corrections: dict[str, float] | None = None,
     measured_step_s: float | None = None,
+    extra_key: str = "",
 ) -> list[PrecisionOption]:
     """Predicted step time at each candidate precision, fastest first.
 
@@ -83,7 +85,9 @@ def compare_precisions(
     the ``current`` precision. What it adds to the prediction is taken as precision-independent
     work (framework loop, data loading, host noise) and added to every candidate -- so the advice
     never promises a gain from time no precision can cut; a prediction that was too slow instead
-    scales every candidate down by the same factor.
+    scales every candidate down by the same factor. Traces come from the on-disk trace cache
+    when the same step was traced before (``extra_key`` as for
+    :func:`~ptp_callback.trace_cache.cached_trace_step`).
     """
     spec, coef = resolve_device(device)
     current_spec = as_precision(current)
@@ -94,7 +98,8 @@ def compare_precisions(
         if candidate.label in predicted:
             continue
         try:
-            trace = trace_step(model, batch, step_fn, optimizer, candidate, target_type=target_type)
+            trace, _cached = cached_trace_step(model, batch, step_fn, optimizer, candidate, target_type=target_type,
+                                               extra_key=extra_key)
         except TraceError:
             continue  # e.g. an op without a half-precision kernel: that precision is not an option
         predicted[candidate.label] = simulate(trace, spec, coef, corrections).step_s

@@ -154,7 +154,9 @@ def probe_device(device: torch.device, *, cache: bool = True) -> ProbeResult:
         except (OSError, TypeError, ValueError):
             pass
     result = _measure(device)
-    if cache and result.probe_s < 3.0:  # a slow probe ran on a busy machine: do not keep it
+    # Kept even when the machine was busy: probing again at every start would cost seconds each
+    # time; `ptp probe` measures afresh.
+    if cache:
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "w") as f:

@@ -137,6 +137,7 @@ def precision_advice(
     fit_s: float | None,
     measured_step_s: float | None = None,
     corrections: dict[str, float] | None = None,
+    extra_key: str = "",
 ) -> str | None:
     """One line of advice: which precision is predicted to make this run shortest, and by how much.
 
@@ -147,7 +148,7 @@ def precision_advice(
     from .advisor import advice, compare_precisions
 
     options = compare_precisions(model, batch, step_fn, optimizer, current=current, device=prediction.device,
-                                 corrections=corrections, measured_step_s=measured_step_s)
+                                 corrections=corrections, measured_step_s=measured_step_s, extra_key=extra_key)
     work = schedule.remaining(schedule.start_batch)
     optimizer_s = prediction.step.breakdown["phase"].get("optimizer", 0.0)
     compute = (work.train_batches or 0) * (prediction.step.step_s - optimizer_s) + \

@@ -37,6 +37,10 @@ def predict_step(
     (cached on disk), and ``probe=True`` refines a local GPU's table numbers the same way. Nothing
     of the model or optimizer is changed and no device memory is allocated by the trace.
     """
+    from .arguments import check_model, check_optimizer
+
+    check_model(model, "predict_step(model=...)")
+    check_optimizer(optimizer, "predict_step(optimizer=...)")
     spec = as_precision(precision)
     target, coef = resolve_device(device, probe=probe)
     trace = trace_step(model, batch, step_fn, optimizer, spec, target_type="cpu" if target.arch == "cpu" else "cuda",

@@ -146,6 +146,7 @@ class RunTracker:
         self.forecaster = RunForecaster(schedule, saves=saves, warmup_batches=warmup_batches)
         self.prediction: RunPrediction | None = None
         self.inputs: TraceInputs | None = None
+        self._extra_key = ""
         self.device_note: str | None = None
         self.eta_text = self.plan_text = self.summary = ""
         self.advice_text: str | None = None
@@ -202,7 +203,7 @@ class RunTracker:
                 val_loader: LoaderFacts = LoaderFacts(), checkpoint: CheckpointFacts | None = None,
                 world_size: int = 1, extra_key: str = "") -> None:
         """Predict the run before step one (on failure: one warning, measured timing only)."""
-        self.inputs = inputs
+        self.inputs, self._extra_key = inputs, extra_key
         started = self.clock()
         try:
             with inputs.context():
@@ -245,7 +246,7 @@ class RunTracker:
             with inputs.context():
                 options = compare_precisions(inputs.model, inputs.batch, inputs.step_fn, inputs.optimizer,
                                              current=inputs.precision, device=prediction.device,
-                                             measured_step_s=measured_step_s)
+                                             measured_step_s=measured_step_s, extra_key=self._extra_key)
             schedule = self.forecaster.schedule
             work = schedule.remaining(schedule.start_batch)
             optimizer_s = prediction.step.breakdown["phase"].get("optimizer", 0.0)

@@ -37,6 +37,14 @@ def test_unknown_device_lists_known_ones():
         ptp.predict_step(mlp(64), batch(8), ce_step, device="warp-drive-9000")
 
 
+def test_an_optimizer_name_or_a_frozen_model_gets_an_error_that_says_what_to_pass():
+    with pytest.raises(ValueError, match=r"predict_step\(optimizer='adamw'\).*torch.optim.AdamW"):
+        ptp.predict_step(mlp(64), batch(8), ce_step, optimizer="adamw")
+    frozen = mlp(64).requires_grad_(False)
+    with pytest.raises(ValueError, match="no trainable parameters"):
+        ptp.predict_step(frozen, batch(8), ce_step)
+
+
 def test_breakdown_sums_to_step_and_prints():
     pred = ptp.predict_step(mlp(8192), batch(8192), ce_step, precision="bf16-mixed", device="h100-sxm")
     assert math.isclose(sum(pred.breakdown["phase"].values()), pred.step_s, rel_tol=1e-9)
