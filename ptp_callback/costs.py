@@ -37,7 +37,6 @@ from typing import Any
 
 import torch
 from torch.utils import flop_counter
-from torch.utils._pytree import tree_flatten
 
 _FLOP_FORMULAS = flop_counter.flop_registry
 
@@ -125,6 +124,9 @@ _DATA_MOVEMENT: frozenset[str] = frozenset((
     "pixel_unshuffle", "_adaptive_avg_pool2d", "one_hot", "bernoulli", "_fused_dropout", "_masked_scale",
     "linspace", "randperm", "randint", "_pin_memory", "sort", "unique", "_unique2", "nonzero", "bucketize",
     "searchsorted", "histc", "bincount", "lerp", "lerp_", "addcmul", "addcdiv", "addcmul_", "addcdiv_",
+    # activations whose in-place and backward forms carry no ``pointwise`` tag
+    "hardswish", "hardswish_", "hardswish_backward", "hardsigmoid", "hardsigmoid_", "hardsigmoid_backward",
+    "hardtanh_backward", "silu_backward", "mish_backward", "elu_backward", "leaky_relu_backward",
 ))
 
 DTYPE_KEYS: dict[torch.dtype, str] = {
@@ -232,8 +234,19 @@ def _tensor_bytes(t: torch.Tensor, min_width: int = 1) -> int:
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:
-    leaves, _ = tree_flatten(value)
-    return [x for x in leaves if isinstance(x, torch.Tensor)]
+    """The tensors in nested lists, tuples and dicts, in order (a plain walk: pytree's is slower,
+    and this runs for every recorded op)."""
+    found: list[torch.Tensor] = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            found.append(item)
+        elif isinstance(item, (list, tuple)):
+            stack.extend(reversed(item))
+        elif isinstance(item, dict):
+            stack.extend(reversed(list(item.values())))
+    return found
 
 
 def _first_float_dtype(tensors: list[torch.Tensor]) -> torch.dtype:

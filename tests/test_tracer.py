@@ -294,6 +294,16 @@ def test_ops_the_cost_model_does_not_know_are_reported():
     assert unknown.cost.bytes == 2 * 8 * 32 * 4  # priced by what it reads and writes, never as free
 
 
+@pytest.mark.parametrize("activation", [nn.Hardswish(inplace=True), nn.Hardsigmoid(), nn.SiLU(inplace=True),
+                                        nn.Mish(), nn.ELU(), nn.LeakyReLU(), nn.Hardtanh()])
+def test_common_activations_and_their_backwards_are_known_ops(activation):
+    model = nn.Sequential(nn.Linear(32, 64), activation, nn.Linear(64, 10))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        trace = trace_step(model, mlp_batch(), lambda m, b: F.cross_entropy(m(b[0]), b[1]), None, "32-true")
+    assert trace.unknown_ops == {}
+
+
 def _predictions(models, precision):
     from ptp_callback.coefficients import HOPPER
     from ptp_callback.devices import get_device
