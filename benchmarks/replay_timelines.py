@@ -260,12 +260,19 @@ def replaces_previous(rec: dict) -> bool:
     return (rec.get("checkpoint") or {}).get("save_top_k", 1) == 1
 
 
+HOST_BOUND_STEP_S = 0.02
+
+
 def fit_host(records: list[dict], base: HostCosts = H100_HOST) -> HostCosts:
     """Host costs fitted on recorded fits: medians and least squares of a fixed cost plus bytes
     over a rate, per kind of work (see ``Observed``)."""
-    obs = [observe(r, engine(r["workload"], r["precision"])) for r in records]
-    small = [o.train_excess[0] for o in obs if o.batch_bytes[0] < 2**20]
-    loop = statistics.median(small) if small else base.loop_s
+    engines = [engine(r["workload"], r["precision"]) for r in records]
+    obs = [observe(r, e) for r, e in zip(records, engines)]
+    # The loop's own time per batch shows only in host-bound fits: in a 100 ms step, a few percent
+    # of step-prediction error is more than the whole loop. Without one, the default stays.
+    host_bound = [o.train_excess[0] for o, e in zip(obs, engines)
+                  if e.train.step_s < HOST_BOUND_STEP_S and o.batch_bytes[0] < 2**20]
+    loop = statistics.median(host_bound) if host_bound else base.loop_s
     big = [(o.train_excess[0] - loop) / o.batch_bytes[0] for o in obs if o.batch_bytes[0] >= 2**20]
     input_rate = 1.0 / statistics.median(big) if big and statistics.median(big) > 0 else base.input_bytes_per_s
     obs = [observe(r, engine(r["workload"], r["precision"]), loop) for r in records]

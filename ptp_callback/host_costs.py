@@ -64,15 +64,15 @@ class HostCosts:
 # `python benchmarks/replay_timelines.py --fit-host`. Each is a host property: a cost per batch,
 # per loader start, per byte copied or written -- none belongs to a model.
 H100_HOST = HostCosts(
-    loop_s=3.6e-3,
-    val_loop_s=3.6e-3,
-    loader_start_s=0.45,
-    input_bytes_per_s=6.0e9,
-    copy_bytes_per_s=0.45e9,
+    loop_s=3.0e-3,
+    val_loop_s=3.0e-3,
+    loader_start_s=0.55,
+    input_bytes_per_s=17.0e9,
+    copy_bytes_per_s=0.43e9,
     write_bytes_per_s=4.0e9,
-    save_fixed_s=0.05,
+    save_fixed_s=0.08,
     remove_bytes_per_s=3.0e9,
-    end_s=0.27,
+    end_s=0.28,
     source="fitted on Lightning fits recorded on an H100 host (benchmarks/data/timelines.jsonl)",
 )
 
