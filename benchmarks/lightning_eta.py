@@ -7,7 +7,7 @@ processes, validation every epoch, several epochs -- each about 20-40 s on 2 CPU
 
 * ``mlp``: an MLP, 32-true, 3 epochs, validation each epoch, a checkpoint each epoch;
 * ``cnn``: a convnet with batch norm, 32-true, 3 epochs, the same;
-* ``gpt_acc``: a tiny GPT-2 under bf16-mixed, gradient accumulation 2, validation twice an epoch
+* ``gpt_acc``: a tiny GPT-2, 32-true, gradient accumulation 2, validation twice an epoch
   (so the checkpoint follows each validation), persistent workers, 2 epochs.
 
 Each round runs every fit three times: once with the callback and the TQDM bar, recording at every
@@ -136,7 +136,7 @@ FITS = [
     Fit("mlp", MLP, _data("mlp", 25_600, 2_560), 128, dict(precision="32-true", max_epochs=3)),
     Fit("cnn", CNN, _data("cnn", 12_800, 1_280), 64, dict(precision="32-true", max_epochs=3)),
     Fit("gpt_acc", TinyGPT, _data("gpt", 6_400, 320), 16,
-        dict(precision="bf16-mixed", max_epochs=2, accumulate_grad_batches=2, val_check_interval=0.5),
+        dict(precision="32-true", max_epochs=2, accumulate_grad_batches=2, val_check_interval=0.5),
         dict(persistent_workers=True)),
 ]
 

@@ -43,7 +43,9 @@ def plan_line(parts: dict[str, Part], total_s: float | None, precision: str, dev
         if part is None:
             continue
         seconds = part.spent_s + part.left_s
-        if seconds < 0.05 and not (LABELS[kind][1] and part.left_count and seconds > 0):
+        # Small counted parts still show (a user wants to see that the 3 saves were counted),
+        # unless they round to nothing.
+        if seconds < 0.001 or (seconds < 0.05 and not (LABELS[kind][1] and part.left_count)):
             continue
         shown.append(f"{label} {format_duration(seconds)}{_amount(kind, part.left_count)}")
     head = f"predicted {noun} {format_duration(total_s)} at {precision} on {device}"
