@@ -164,6 +164,24 @@ def _recurrent(row: dict) -> dict[str, Callable[[OpContext], Any]]:
     return {"fwd": fwd, "fwd+bwd": both}
 
 
+def _module_calls(make: Callable[[], tuple[torch.nn.Module, torch.Tensor]]) -> dict[str, Callable[[OpContext], Any]]:
+    """``fwd``: a fresh module on its input; ``fwd+bwd``: the same, then the backward of the
+    output's sum in fp32 (module and input are built in setup, untimed)."""
+    def fwd(ctx: OpContext) -> None:
+        with ctx.setup():
+            m, x = make()
+        m(x)
+
+    def both(ctx: OpContext) -> None:
+        with ctx.setup():
+            m, x = make()
+        loss = m(x).float().sum()
+        with ctx.phase("backward"):
+            loss.backward()
+
+    return {"fwd": fwd, "fwd+bwd": both}
+
+
 def _norm(row: dict) -> dict[str, Callable[[OpContext], Any]]:
     s, name = row["shape"], row["dtype"]
     dt = _DTYPES[name.split("-")[0]]
@@ -172,19 +190,7 @@ def _norm(row: dict) -> dict[str, Callable[[OpContext], Any]]:
             m = torch.nn.BatchNorm2d(s["c"], dtype=torch.float32 if name in ("fp32", "bf16-autocast") else dt)
             return m, torch.randn(s["n"], s["c"], s["hw"], s["hw"], dtype=dt, requires_grad=True)
 
-        def fwd(ctx: OpContext) -> None:
-            with ctx.setup():
-                m, x = module_and_input()
-            m(x)
-
-        def both(ctx: OpContext) -> None:
-            with ctx.setup():
-                m, x = module_and_input()
-            loss = m(x).float().sum()
-            with ctx.phase("backward"):
-                loss.backward()
-
-        return {"fwd": fwd, "fwd+bwd": both}
+        return _module_calls(module_and_input)
 
     def call(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         if row["op"] == "layer_norm":
@@ -233,19 +239,7 @@ def _memory(row: dict) -> dict[str, Callable[[OpContext], Any]]:
         def module_and_index() -> tuple[torch.nn.Module, torch.Tensor]:
             return torch.nn.Embedding(s["vocab"], s["d"], dtype=dt), torch.randint(0, s["vocab"], (s["tokens"],))
 
-        def fwd(ctx: OpContext) -> None:
-            with ctx.setup():
-                emb, idx = module_and_index()
-            emb(idx)
-
-        def both(ctx: OpContext) -> None:
-            with ctx.setup():
-                emb, idx = module_and_index()
-            loss = emb(idx).float().sum()
-            with ctx.phase("backward"):
-                loss.backward()
-
-        return {"fwd": fwd, "fwd+bwd": both}
+        return _module_calls(module_and_index)
     n = s["n"]
     calls = {
         "add": lambda a, b: a + b, "mul_": lambda a, b: a.mul_(1.0000001), "gelu": lambda a, b: F.gelu(a),

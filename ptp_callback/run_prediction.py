@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -26,6 +26,9 @@ from .schedule import FitSchedule
 from .step import resolve_device
 from .trace_cache import cached_trace_step
 from .tracer import OptimizerArg, StepFn, Trace
+
+if TYPE_CHECKING:
+    from .advisor import PrecisionOption
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,20 @@ def advice_cost_s(prediction: RunPrediction) -> float:
     return 6 * (prediction.trace_s + 0.05)
 
 
+def run_advice(prediction: RunPrediction, options: list[PrecisionOption], current: str, schedule: FitSchedule,
+               fit_s: float | None) -> str | None:
+    """The advice line when another of ``options`` is predicted to make this run noticeably shorter,
+    else ``None``. Only the steps' compute still to come changes with the precision; the rest of
+    the run is kept as it is."""
+    from .advisor import advice
+
+    work = schedule.remaining(schedule.start_batch)
+    optimizer_s = prediction.step.breakdown["phase"].get("optimizer", 0.0)
+    compute = (work.train_batches or 0) * (prediction.step.step_s - optimizer_s) + \
+        (work.optimizer_steps or 0) * optimizer_s
+    return advice(options, current, fit_s, fixed_s=max(0.0, (fit_s or 0.0) - compute))
+
+
 def precision_advice(
     prediction: RunPrediction,
     model: torch.nn.Module,
@@ -145,15 +162,11 @@ def precision_advice(
     validation's loaders, the loop's own work) is kept as it is. When no other precision is
     predicted noticeably faster, the line says that the current one is the one to keep.
     """
-    from .advisor import advice, compare_precisions
+    from .advisor import compare_precisions
 
     options = compare_precisions(model, batch, step_fn, optimizer, current=current, device=prediction.device,
                                  corrections=corrections, measured_step_s=measured_step_s, extra_key=extra_key)
-    work = schedule.remaining(schedule.start_batch)
-    optimizer_s = prediction.step.breakdown["phase"].get("optimizer", 0.0)
-    compute = (work.train_batches or 0) * (prediction.step.step_s - optimizer_s) + \
-        (work.optimizer_steps or 0) * optimizer_s
-    text = advice(options, current.label, fit_s, fixed_s=max(0.0, (fit_s or 0.0) - compute))
+    text = run_advice(prediction, options, current.label, schedule, fit_s)
     if text is not None:
         return text
     here = next((o.step_s for o in options if o.precision == current.label), None)

@@ -55,7 +55,7 @@ from .notices import PrecisionAdvice, PtpWarning, warn
 from .precision import PrecisionSpec
 from .report import plan_line, report_line
 from .run_plan import LoaderFacts
-from .run_prediction import CheckpointFacts, RunPrediction, predict_run
+from .run_prediction import CheckpointFacts, RunPrediction, advice_cost_s, predict_run, run_advice
 from .schedule import FitSchedule, FitStart, build_schedule, steps_at
 from .tracer import StepFn
 
@@ -231,15 +231,14 @@ class RunTracker:
 
     # ------------------------------------------------------------------------- precision advice
     def _advice_cost_s(self) -> float:
-        """Seconds the advice costs: a trace and a prediction per candidate precision."""
-        return 6 * (self.prediction.trace_s + 0.05) if self.prediction is not None else math.inf
+        return advice_cost_s(self.prediction) if self.prediction is not None else math.inf
 
     def _advise(self, fit_s: float | None, measured_step_s: float | None = None) -> None:
         prediction, inputs = self.prediction, self.inputs
         if not self.advise or prediction is None or inputs is None or not self.main_process:
             return
         self.advise = False  # once per run
-        from .advisor import advice, compare_precisions
+        from .advisor import compare_precisions
 
         started = self.clock()
         try:
@@ -247,12 +246,7 @@ class RunTracker:
                 options = compare_precisions(inputs.model, inputs.batch, inputs.step_fn, inputs.optimizer,
                                              current=inputs.precision, device=prediction.device,
                                              measured_step_s=measured_step_s, extra_key=self._extra_key)
-            schedule = self.forecaster.schedule
-            work = schedule.remaining(schedule.start_batch)
-            optimizer_s = prediction.step.breakdown["phase"].get("optimizer", 0.0)
-            compute = (work.train_batches or 0) * (prediction.step.step_s - optimizer_s) + \
-                (work.optimizer_steps or 0) * optimizer_s  # the part a precision changes
-            text = advice(options, self.precision_label, fit_s, fixed_s=max(0.0, (fit_s or 0.0) - compute))
+            text = run_advice(prediction, options, self.precision_label, self.forecaster.schedule, fit_s)
         except Exception as exc:  # noqa: BLE001
             self.warn_once("advice", f"precision advice failed ({type(exc).__name__}: {exc})")
             text = None
@@ -333,12 +327,16 @@ class RunTracker:
             self._batch_open = False
             if self._in_epoch is not None:
                 self._in_epoch += 1
-            if self._bar is not None:
-                self._bar.update(1)
-            if now - self._last_refresh >= self.refresh_s:
-                self.refresh(now)
+            self._advanced(now)
         except Exception as exc:  # noqa: BLE001
             self._fail("timing a batch", exc)
+
+    def _advanced(self, now: float) -> None:
+        """One unit of the loop (a batch or a step) is done: the bar moves, the ETA refreshes when due."""
+        if self._bar is not None:
+            self._bar.update(1)
+        if now - self._last_refresh >= self.refresh_s:
+            self.refresh(now)
 
     def _end_epoch(self) -> None:
         if not self.active or self._in_epoch is None:
@@ -371,10 +369,7 @@ class RunTracker:
             self._batch_open = self._more_to_come()
             if self._batch_open:
                 forecaster.batch_start(now)  # the next step starts now: its whole time is training
-            if self._bar is not None:
-                self._bar.update(1)
-            if now - self._last_refresh >= self.refresh_s:
-                self.refresh(now)
+            self._advanced(now)
         except Exception as exc:  # noqa: BLE001
             self._fail("timing a step", exc)
 
