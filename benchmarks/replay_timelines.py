@@ -275,7 +275,7 @@ def fit_host(records: list[dict], base: HostCosts = H100_HOST) -> HostCosts:
     loop = statistics.median(host_bound) if host_bound else base.loop_s
     big = [(o.train_excess[0] - loop) / o.batch_bytes[0] for o in obs if o.batch_bytes[0] >= 2**20]
     input_rate = 1.0 / statistics.median(big) if big and statistics.median(big) > 0 else base.input_bytes_per_s
-    obs = [observe(r, engine(r["workload"], r["precision"]), loop) for r in records]
+    obs = [observe(r, e, loop) for r, e in zip(records, engines)]
     starts = [s for o in obs for s in o.loader_starts]
     saves = [s for o in obs for s in o.saves]
     fixed, per_byte = _line(saves, base.save_fixed_s, 1.0 / base.copy_bytes_per_s)
