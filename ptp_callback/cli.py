@@ -184,7 +184,7 @@ def probe_target(name: str) -> Any:
 def _probe(args: argparse.Namespace) -> int:
     from .probe import probe_device
 
-    result = probe_device(probe_target(args.device), cache=False)
+    result = probe_device(probe_target(args.device), refresh=True)
     print(f"{result.device_name}: copy {result.copy_gbps:.1f} GB/s, {result.small_op_s * 1e6:.1f} us per small op, "
           f"{result.autograd_op_s * 1e6:.1f} us per autograd op")
     for dtype, rates in result.gemm_tflops.items():

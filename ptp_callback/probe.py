@@ -143,11 +143,12 @@ def _measure(device: torch.device) -> ProbeResult:
                        small_op_s, autograd_op_s, time.perf_counter() - started, cache_copy_gbps)
 
 
-def probe_device(device: torch.device, *, cache: bool = True) -> ProbeResult:
-    """Measure ``device`` (a CPU or a local CUDA GPU), or read the cached result."""
+def probe_device(device: torch.device, *, cache: bool = True, refresh: bool = False) -> ProbeResult:
+    """Measure ``device`` (a CPU or a local CUDA GPU), or read the cached result; ``refresh``
+    measures even when a result is cached, and caches the new one."""
     device = torch.device(device)
     path = _cache_path(device)
-    if cache and os.path.exists(path):
+    if cache and not refresh and os.path.exists(path):
         try:
             with open(path) as f:
                 return ProbeResult(**json.load(f))
@@ -155,7 +156,7 @@ def probe_device(device: torch.device, *, cache: bool = True) -> ProbeResult:
             pass
     result = _measure(device)
     # Kept even when the machine was busy: probing again at every start would cost seconds each
-    # time; `ptp probe` measures afresh.
+    # time; `ptp probe` measures afresh and replaces it.
     if cache:
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
