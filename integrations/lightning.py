@@ -28,10 +28,9 @@ global-rank-zero only.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -42,14 +41,12 @@ from ptp_callback.device_names import resolve_device_name
 from ptp_callback.devices import DeviceSpec
 from ptp_callback.display import format_clock
 from ptp_callback.forecast import RunForecaster
-from ptp_callback.loaders import example_batch, first_loader, loader_facts
-from ptp_callback.notices import PtpWarning, warn
-from ptp_callback.precision import PrecisionSpec
+from ptp_callback.notices import OnceWarnings, warn
 from ptp_callback.report import plan_line, report_line
-from ptp_callback.run_prediction import RunPrediction, advice_cost_s, precision_advice, predict_run
+from ptp_callback.run_prediction import RunPrediction, advice_cost_s, precision_advice
 
-from .lightning_module import (add_bar_metric, batch_hooks, communication, has_validation, precision_spec,
-                               predicts_the_run_device, quiet_logging, step_code_key, training_step, validation_step)
+from .lightning_module import (add_bar_metric, log_eta_metrics, precision_spec, predict_fit, predicts_the_run_device,
+                               quiet_logging, step_code_key, training_step)
 from .lightning_schedule import read_checkpoints, read_schedule, time_limit_used
 
 log = logging.getLogger("lightning.pytorch.ptp_callback")  # printed and configured like Lightning's own lines
@@ -100,28 +97,16 @@ class PrecisionTimeCallback(Callback):
         self.advice_text: str | None = None
         self._active = False
         self._restored: dict[str, Any] | None = None
-        self._warned: set[str] = set()
+        self._warnings = OnceWarnings()
         self._last_refresh = -float("inf")
+        self._logged_step = -1
         self._remove_bar_metric: Callable[[], None] = lambda: None
         self._example: Any = None
-
-    # ---------------------------------------------------------------- failures never break a fit
-    def _warn(self, key: str, message: str) -> None:
-        if key not in self._warned:
-            self._warned.add(key)
-            warn(message, PtpWarning)
-
-    @contextlib.contextmanager
-    def _guard(self, what: str) -> Iterator[None]:
-        try:
-            yield
-        except Exception as exc:  # noqa: BLE001 - inside a fit every failure becomes a warning
-            self._warn(what, f"{what} failed ({type(exc).__name__}: {exc}); falling back to measured timing")
 
     # --------------------------------------------------------------------------- fit start
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         started = self.clock()
-        with self._guard("reading the fit's schedule"):
+        with self._warnings.guard("reading the fit's schedule"):
             schedule = read_schedule(trainer)  # every rank: it may run collectives (and starts the loader)
             saves, every_s, checkpoint = read_checkpoints(trainer, schedule)
             self.forecaster = RunForecaster(schedule, saves=saves, save_every_s=every_s,
@@ -134,11 +119,12 @@ class PrecisionTimeCallback(Callback):
             return
         spec = precision_spec(trainer)
         self.precision_label = spec.label if spec is not None else str(trainer.precision)
-        own = self.clock()
-        with self._guard("predicting the fit"):
-            self._predict(trainer, pl_module, spec, checkpoint)
         forecaster = self.forecaster
         assert forecaster is not None
+        own = self.clock()
+        with self._warnings.guard("predicting the fit"):
+            self.prediction, self._example = predict_fit(trainer, pl_module, spec, checkpoint, self.device,
+                                                         forecaster.schedule.sanity_batches or 0)
         forecaster.own_work(self.clock() - own)
         if self.prediction is not None:
             now = self.clock()
@@ -151,34 +137,6 @@ class PrecisionTimeCallback(Callback):
             self._remove_bar_metric = add_bar_metric(trainer, "eta", lambda: self.eta_text)
         self._refresh(force=True)
 
-    def _predict(self, trainer: Trainer, pl_module: LightningModule, spec: PrecisionSpec | None,
-                 checkpoint: Any) -> None:
-        if spec is None:
-            raise ValueError(f"precision {trainer.precision!r} is not modelled")
-        if not pl_module.automatic_optimization:
-            raise ValueError("manual optimization is not traced")
-        transform = batch_hooks(pl_module)
-        train_loader = first_loader(trainer.train_dataloader)
-        if train_loader is None:
-            raise ValueError("no training batch to trace")
-        train_batch, load_s = example_batch(train_loader, transform)
-        self._example = train_batch  # the advice traces it again at other precisions
-        val_batch, val_facts, sanity = None, None, self.forecaster.schedule.sanity_batches if self.forecaster else 0
-        val_loader = first_loader(trainer.val_dataloaders) if has_validation(trainer) else None
-        if val_loader is not None:
-            val_batch, val_load_s = example_batch(val_loader, transform)
-            val_facts = loader_facts(val_loader, val_batch, val_load_s)
-        run_device = trainer.strategy.root_device
-        with quiet_logging(pl_module):
-            self.prediction = predict_run(
-                pl_module, train_batch, training_step, trainer.optimizers[0] if trainer.optimizers else None, spec,
-                self.device if self.device is not None else run_device, run_device=run_device,
-                val_batch=val_batch, val_step_fn=validation_step,
-                train_loader=loader_facts(train_loader, train_batch, load_s),
-                **({"val_loader": val_facts} if val_facts is not None else {}), sanity_batches=sanity or 0,
-                checkpoint=checkpoint, communication=communication(trainer), loader_started_before_first_epoch=True,
-                model_to_cpu_at_end=True, extra_key=step_code_key(pl_module))
-
     # ----------------------------------------------------------------------- precision advice
     def _advice_cost_s(self) -> float:
         return advice_cost_s(self.prediction) if self.prediction is not None else float("inf")
@@ -188,7 +146,7 @@ class PrecisionTimeCallback(Callback):
         if not self.advise or self.prediction is None or self.forecaster is None or self._example is None:
             return
         self.advise = False  # once per fit
-        with self._guard("precision advice"), quiet_logging(pl_module):
+        with self._warnings.guard("precision advice"), quiet_logging(pl_module):
             text = precision_advice(self.prediction, pl_module, self._example, training_step, trainer.optimizers[0],
                                     current=precision_spec(trainer), schedule=self.forecaster.schedule, fit_s=fit_s,
                                     measured_step_s=measured_step_s, corrections=self.corrections or None,
@@ -212,7 +170,7 @@ class PrecisionTimeCallback(Callback):
         p, run_device = self.prediction, trainer.strategy.root_device
         if self.calibrate_ops and p is not None and (p.device.arch == "cpu") == (run_device.type == "cpu") and \
                 (self.forecaster.predicted_total_s or 0.0) > 200.0:  # 1 s would cost over 0.5% of a shorter fit
-            with self._guard("timing op classes"):
+            with self._warnings.guard("timing op classes"):
                 started = self.clock()
                 self.corrections = measure_op_classes(p.trace, p.device, p.coefficients, run_device, budget_s=1.0)
                 self.forecaster.own_work(self.clock() - started)
@@ -239,7 +197,11 @@ class PrecisionTimeCallback(Callback):
         forecaster.batch_end(now)
         if now - self._last_refresh >= self.refresh_s:
             self._refresh(now=now)
-            self._log_metrics(trainer)
+            step = trainer.global_step
+            if trainer.loggers and step and not step % max(1, trainer.log_every_n_steps) and step != self._logged_step:
+                self._logged_step = step
+                log_eta_metrics(trainer, self.last_remaining_s, self.prediction.step.step_s if self.prediction else None,
+                                forecaster.batches.mean_s())
 
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._active and not trainer.sanity_checking:
@@ -281,21 +243,6 @@ class PrecisionTimeCallback(Callback):
         self.eta_text = f"{format_clock(remaining)} {self.precision_label}".strip() if remaining is not None else ""
         if self.calibrated_total_s is None and remaining is not None and self.forecaster.batches.samples >= 10:
             self.calibrated_total_s = self.forecaster.total_s(now)
-
-    def _log_metrics(self, trainer: Trainer) -> None:
-        step = trainer.global_step
-        if not trainer.loggers or step == 0 or step % max(1, trainer.log_every_n_steps) or \
-                getattr(self, "_logged_step", -1) == step:
-            return
-        self._logged_step = step
-        metrics = {} if self.last_remaining_s is None else {"ptp/eta_s": self.last_remaining_s}
-        if self.prediction is not None:
-            metrics["ptp/step_s_predicted"] = self.prediction.step.step_s
-        measured = self.forecaster.batches.mean_s() if self.forecaster is not None else None
-        if measured is not None:
-            metrics["ptp/step_s_measured"] = measured * trainer.accumulate_grad_batches
-        for logger in trainer.loggers:
-            logger.log_metrics(metrics, step=step)
 
     # ------------------------------------------------------------------------------ fit end
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:

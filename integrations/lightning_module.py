@@ -17,11 +17,14 @@ from lightning.pytorch import LightningModule, Trainer
 
 from ptp_callback.comm import ddp_exposed_seconds, fsdp_exposed_seconds
 from ptp_callback.devices import DeviceSpec
+from ptp_callback.loaders import example_batch, first_loader, loader_facts
 from ptp_callback.precision import PRECISIONS, PrecisionSpec
+from ptp_callback.run_prediction import RunPrediction, predict_run
 from ptp_callback.trace_cache import code_key
 
-__all__ = ["add_bar_metric", "batch_hooks", "communication", "has_validation", "precision_spec",
-           "predicts_the_run_device", "quiet_logging", "step_code_key", "training_step", "validation_step"]
+__all__ = ["add_bar_metric", "batch_hooks", "communication", "has_validation", "log_eta_metrics", "precision_spec",
+           "predict_fit", "predicts_the_run_device", "quiet_logging", "step_code_key", "training_step",
+           "validation_step"]
 
 
 def add_bar_metric(trainer: Trainer, name: str, text: Callable[[], str]) -> Callable[[], None]:
@@ -129,3 +132,46 @@ def quiet_logging(module: LightningModule) -> Iterator[None]:
                 module.__dict__.pop(name, None)
             else:
                 module.__dict__[name] = value
+
+
+def predict_fit(trainer: Trainer, module: LightningModule, spec: PrecisionSpec | None, checkpoint: Any,
+                device: Any, sanity_batches: int) -> tuple[RunPrediction, Any]:
+    """The fit's prediction from its real steps on example batches of its loaders (``device``:
+    the GPU to predict for, ``None`` for the one it runs on), and the training batch it traced."""
+    if spec is None:
+        raise ValueError(f"precision {trainer.precision!r} is not modelled")
+    if not module.automatic_optimization:
+        raise ValueError("manual optimization is not traced")
+    transform = batch_hooks(module)
+    train_loader = first_loader(trainer.train_dataloader)
+    if train_loader is None:
+        raise ValueError("no training batch to trace")
+    train_batch, load_s = example_batch(train_loader, transform)
+    val = {}
+    val_loader = first_loader(trainer.val_dataloaders) if has_validation(trainer) else None
+    if val_loader is not None:
+        val_batch, val_load_s = example_batch(val_loader, transform)
+        val = {"val_batch": val_batch, "val_step_fn": validation_step,
+               "val_loader": loader_facts(val_loader, val_batch, val_load_s)}
+    run_device = trainer.strategy.root_device
+    with quiet_logging(module):
+        prediction = predict_run(
+            module, train_batch, training_step, trainer.optimizers[0] if trainer.optimizers else None, spec,
+            device if device is not None else run_device, run_device=run_device,
+            train_loader=loader_facts(train_loader, train_batch, load_s), sanity_batches=sanity_batches,
+            checkpoint=checkpoint, communication=communication(trainer), loader_started_before_first_epoch=True,
+            model_to_cpu_at_end=True, extra_key=step_code_key(module), **val)
+    return prediction, train_batch
+
+
+def log_eta_metrics(trainer: Trainer, remaining_s: float | None, predicted_step_s: float | None,
+                    measured_batch_s: float | None) -> None:
+    """``ptp/eta_s``, ``ptp/step_s_predicted`` and ``ptp/step_s_measured`` (an optimizer step:
+    batches x accumulation) to the trainer's loggers."""
+    metrics = {} if remaining_s is None else {"ptp/eta_s": remaining_s}
+    if predicted_step_s is not None:
+        metrics["ptp/step_s_predicted"] = predicted_step_s
+    if measured_batch_s is not None:
+        metrics["ptp/step_s_measured"] = measured_batch_s * trainer.accumulate_grad_batches
+    for logger in trainer.loggers:
+        logger.log_metrics(metrics, step=trainer.global_step)

@@ -5,11 +5,13 @@ Filter them like any warning, e.g. ``warnings.filterwarnings("ignore", category=
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import warnings
+from collections.abc import Iterator
 
-__all__ = ["PrecisionAdvice", "PtpWarning", "warn"]
+__all__ = ["OnceWarnings", "PrecisionAdvice", "PtpWarning", "warn"]
 
 
 class PtpWarning(UserWarning):
@@ -31,3 +33,27 @@ def warn(message: str, category: type[Warning] = PtpWarning) -> None:
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_OURS):
         frame, level = frame.f_back, level + 1
     warnings.warn(f"ptp: {message}", category, stacklevel=level)
+
+
+class OnceWarnings:
+    """Warnings given once per key: the hooks that meet a problem run thousands of times a fit.
+
+    ``enabled=False`` (a process that is not the main one) keeps them all quiet.
+    """
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.given: set[str] = set()
+
+    def warn(self, key: str, message: str, category: type[Warning] = PtpWarning) -> None:
+        if key not in self.given and self.enabled:
+            self.given.add(key)
+            warn(message, category)
+
+    @contextlib.contextmanager
+    def guard(self, what: str, then: str = "falling back to measured timing") -> Iterator[None]:
+        """Any failure inside becomes one warning ("``what`` failed (...); ``then``"), never an error."""
+        try:
+            yield
+        except Exception as exc:  # noqa: BLE001 - inside a training run every failure becomes a warning
+            self.warn(what, f"{what} failed ({type(exc).__name__}: {exc}); {then}")

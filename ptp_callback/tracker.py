@@ -51,7 +51,7 @@ from .cadence import Every, positions_every, with_evaluations
 from .devices import DeviceSpec
 from .display import format_clock
 from .forecast import RunForecaster
-from .notices import PrecisionAdvice, PtpWarning, warn
+from .notices import OnceWarnings, PrecisionAdvice, PtpWarning
 from .precision import PrecisionSpec
 from .report import plan_line, report_line
 from .run_plan import LoaderFacts
@@ -160,7 +160,7 @@ class RunTracker:
         self._epochs_done = 0
         self._phase: str | None = None
         self._last_refresh = -math.inf
-        self._warned: set[str] = set()
+        self._warnings = OnceWarnings(main_process)
         self._bar: Any = None
         self._sync_device: torch.device | None = None
 
@@ -172,9 +172,7 @@ class RunTracker:
 
     def warn_once(self, key: str, message: str, category: type[Warning] = PtpWarning) -> None:
         """One warning per ``key`` (on the main process only)."""
-        if key not in self._warned and self.main_process:
-            self._warned.add(key)
-            warn(message, category)
+        self._warnings.warn(key, message, category)
 
     def feed(self, event: str, t: float | None = None) -> None:
         """One forecaster event (``"batch_end"``, ``"val_start"`` ...) at ``t`` (now by default), for

@@ -19,7 +19,7 @@ from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 from torch.utils.data import DataLoader, TensorDataset
 
 from ptp_callback import PrecisionTimeCallback
-from ptp_callback.integrations.lightning import PtpWarning
+from ptp_callback.notices import PtpWarning
 
 CLOCK = re.compile(r"\d{1,2}:\d{2}(:\d{2})?")
 
