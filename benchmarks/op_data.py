@@ -152,6 +152,7 @@ def _recurrent(row: dict) -> dict[str, Callable[[OpContext], Any]]:
     def both(ctx: OpContext) -> None:
         with ctx.setup():
             m, x = module_and_input()
+            _as_benchmarked(x, *m.parameters())
         if "autocast" in name:
             with ctx.autocast():
                 y, _ = m(x)
@@ -164,9 +165,22 @@ def _recurrent(row: dict) -> dict[str, Callable[[OpContext], Any]]:
     return {"fwd": fwd, "fwd+bwd": both}
 
 
-def _module_calls(make: Callable[[], tuple[torch.nn.Module, torch.Tensor]]) -> dict[str, Callable[[OpContext], Any]]:
+def _as_benchmarked(*leaves: torch.Tensor) -> None:
+    """The benchmark timed each backward many times over the same leaves without clearing their
+    gradients, so every timed call also added its gradients into those already there (autograd's
+    ``grad += new``, a full read-read-write pass over each leaf): the leaves get gradients, and the
+    records hold those adds."""
+    for leaf in leaves:
+        if leaf.requires_grad and leaf.grad is None:
+            leaf.grad = torch.zeros_like(leaf)
+
+
+def _module_calls(make: Callable[[], tuple[torch.nn.Module, torch.Tensor]],
+                  contiguous_grad: bool = False) -> dict[str, Callable[[OpContext], Any]]:
     """``fwd``: a fresh module on its input; ``fwd+bwd``: the same, then the backward of the
-    output's sum in fp32 (module and input are built in setup, untimed)."""
+    output's sum in fp32 (module and input are built in setup, untimed). ``contiguous_grad``:
+    the module's CUDA backward copies the sum's expanded gradient into a dense tensor first
+    (cuDNN batch norm does), a copy the CPU kernels the records come from never make."""
     def fwd(ctx: OpContext) -> None:
         with ctx.setup():
             m, x = make()
@@ -175,7 +189,11 @@ def _module_calls(make: Callable[[], tuple[torch.nn.Module, torch.Tensor]]) -> d
     def both(ctx: OpContext) -> None:
         with ctx.setup():
             m, x = make()
-        loss = m(x).float().sum()
+            _as_benchmarked(x, *m.parameters())
+        y = m(x)
+        if contiguous_grad:
+            y.register_hook(lambda grad: grad.contiguous())
+        loss = y.float().sum()
         with ctx.phase("backward"):
             loss.backward()
 
@@ -190,7 +208,8 @@ def _norm(row: dict) -> dict[str, Callable[[OpContext], Any]]:
             m = torch.nn.BatchNorm2d(s["c"], dtype=torch.float32 if name in ("fp32", "bf16-autocast") else dt)
             return m, torch.randn(s["n"], s["c"], s["hw"], s["hw"], dtype=dt, requires_grad=True)
 
-        return _module_calls(module_and_input)
+        # fp32 input and weights are the rows CUDA runs through cuDNN (the others its own kernels).
+        return _module_calls(module_and_input, contiguous_grad=name == "fp32")
 
     def call(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         if row["op"] == "layer_norm":
@@ -230,6 +249,7 @@ def _memory(row: dict) -> dict[str, Callable[[OpContext], Any]]:
             with ctx.setup():
                 logits = torch.randn(s["rows"], s["vocab"], dtype=dt, requires_grad=True)
                 target = torch.randint(0, s["vocab"], (s["rows"],))
+                _as_benchmarked(logits)
             loss = F.cross_entropy(logits.float() if dt != torch.float32 else logits, target)
             with ctx.phase("backward"):
                 loss.backward()
@@ -271,6 +291,7 @@ def _host(row: dict) -> dict[str, Callable[[OpContext], Any]]:
         with ctx.setup():
             lin = torch.nn.Linear(64, 64)
             x, a = torch.randn(8, 64), torch.randn(8)
+            _as_benchmarked(*lin.parameters())
         if what == "add_tiny":
             a + a  # noqa: B018 - the op being timed
             return
