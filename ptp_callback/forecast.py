@@ -363,7 +363,8 @@ class RunForecaster:
         """Before step one, what the sanity check measured refines the plan (see ``RunPlan``)."""
         plan = self.plan
         assert plan is not None
-        ends = self._sanity_val_ends
+        # The gap before the last worker's first batch times that worker's start, not the loop.
+        ends = self._sanity_val_ends[max(0, plan.sanity_loader_workers - 1):]
         if plan.sanity_calibrates and len(ends) >= 2:
             measured = min(b - a for a, b in zip(ends, ends[1:]))  # the first batch pays the loader's start
             extra = max(0.0, measured - plan.val_batch_s)

@@ -258,6 +258,27 @@ def test_sanity_check_batches_measure_the_loops_own_work_on_a_cpu():
     assert forecaster.plan.val_batch_s == pytest.approx(0.3)
 
 
+def test_sanity_batches_from_workers_just_started_do_not_calibrate():
+    # Lightning's default two sanity batches from a loader with two workers: each worker's first
+    # batch, so the gap between them times the workers' start, not the loop.
+    plan = RunPlan(train_batch_s=1.0, val_batch_s=0.2, sanity_s=1.0, sanity_calibrates=True, sanity_loader_workers=2)
+    forecaster = RunForecaster(schedule_of(val_batches_per_run=0, val_check_batch=None), plan)
+    forecaster.fit_start(0.0)
+    forecaster.sanity_start(0.0)
+    for t in (0.9, 1.6):
+        forecaster.val_batch_end(t)
+    forecaster.sanity_end(1.6)
+    assert forecaster.plan.train_batch_s == pytest.approx(1.0)
+    forecaster = RunForecaster(schedule_of(val_batches_per_run=0, val_check_batch=None), plan)
+    forecaster.fit_start(0.0)
+    forecaster.sanity_start(0.0)
+    for t in (0.9, 1.6, 1.8, 2.05):  # after both workers' first batches: 0.2 and 0.25 s apart
+        forecaster.val_batch_end(t)
+    forecaster.sanity_end(2.05)
+    assert forecaster.plan.train_batch_s == pytest.approx(1.0)
+    assert forecaster.plan.val_batch_s == pytest.approx(0.2)
+
+
 def test_the_sanity_checks_excess_predicts_the_first_training_steps_warmup_on_a_gpu():
     plan = RunPlan(train_batch_s=1.0, sanity_s=1.5, sanity_warmup_s=0.5, warmup_s=0.3, warmup_per_sanity_excess=2.0)
     forecaster = RunForecaster(schedule_of(), plan)
