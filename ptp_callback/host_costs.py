@@ -60,14 +60,14 @@ class HostCosts:
 
 
 # Fitted on the six Lightning fits of benchmarks/data/timelines.jsonl (NVIDIA H100 80GB HBM3 host,
-# 16 cores, Lightning 2.6.6, Rich bar, 4 loader workers), 2026-11-22, with
+# 16 cores, Lightning 2.6.6, Rich bar, 4 loader workers), 2026-11-23, with
 # `python benchmarks/replay_timelines.py --fit-host`. Each is a host property: a cost per batch,
 # per loader start, per byte copied or written -- none belongs to a model.
 H100_HOST = HostCosts(
     loop_s=3.0e-3,
     val_loop_s=3.0e-3,
     loader_start_s=0.55,
-    input_bytes_per_s=17.0e9,
+    input_bytes_per_s=6.5e9,
     copy_bytes_per_s=0.43e9,
     write_bytes_per_s=4.0e9,
     save_fixed_s=0.08,

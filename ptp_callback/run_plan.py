@@ -52,9 +52,10 @@ class RunPlan:
     Refinements the forecaster applies before step one: ``sanity_calibrates`` -- the sanity
     check's steady batches measure the loop's per-batch work (on a CPU, where no GPU warm-up hides
     it), from the last of the validation loader's ``sanity_loader_workers`` workers' first batch on
-    (gaps before it time the workers' start); ``warmup_per_sanity_excess`` -- on a GPU, what the sanity check took beyond its predicted
-    batches is the first use of the forward's kernels, and the first training step uses about
-    that many times more new kernels (the backward's data and weight gradients, the optimizer).
+    (gaps before it time the workers' start); ``warmup_per_sanity_excess`` -- on a GPU, what the
+    sanity check took beyond its predicted batches is the first use of the forward's kernels, and
+    the first training step uses about that many times more new kernels (the backward's data and
+    weight gradients, the optimizer).
     """
 
     train_batch_s: float
