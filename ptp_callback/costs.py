@@ -256,19 +256,18 @@ def _first_float_dtype(tensors: list[torch.Tensor]) -> torch.dtype:
     return tensors[0].dtype if tensors else torch.float32
 
 
-def _foreach_launches(name: str, lists: list[list[torch.Tensor]]) -> int:
-    """multi_tensor_apply launches: a launch holds at most N tensors and 320 blocks of 64K elements.
+def foreach_launches(name: str, depth: int, tensors: int, chunks: int) -> int:
+    """multi_tensor_apply launches over ``depth`` lists of ``tensors`` tensors in ``chunks`` chunks
+    of 64K elements: a launch holds at most N tensors and 320 chunks.
 
     From aten/src/ATen/native/cuda/MultiTensorApply.cuh (depth_to_max_tensors, kChunkSize,
     depth_to_max_blocks); the host-side state steps of non-capturable optimizers are not here.
     """
-    depth = max(1, len(lists))
+    depth = max(1, depth)
     max_tensors = (110, 64, 48, 36, 30)[min(depth, 5) - 1]
     if "ScalarList" in name:
         max_tensors = (96, 64, 48, 36, 30)[min(depth, 5) - 1]
-    first = lists[0] if lists else []
-    chunks = sum(max(1, math.ceil(t.numel() / 65536)) for t in first)
-    return max(1, math.ceil(len(first) / max_tensors), math.ceil(chunks / 320))
+    return max(1, math.ceil(tensors / max_tensors), math.ceil(chunks / 320))
 
 
 def _gemm_dims(name: str, args: tuple, out: torch.Tensor) -> tuple[int, int, int, int] | None:
@@ -483,8 +482,11 @@ def describe_op(
             # Optimizer step counters: CPU tensors unless capturable/fused, so host work.
             return OpCost("host", 0.0, 0.0, 0, dtype_key)
         first = _first_float_dtype(lists[0]) if lists else dtype
-        return OpCost("optimizer", 0.0, float(read + written), _foreach_launches(str(func), lists),
-                      DTYPE_KEYS.get(first, "fp32"))
+        # (lists, tensors per list, 64K-element chunks of the first list): what the launches follow.
+        dims = (len(lists), len(lists[0]) if lists else 0,
+                sum(max(1, math.ceil(t.numel() / 65536)) for t in (lists[0] if lists else ())))
+        return OpCost("optimizer", 0.0, float(read + written), foreach_launches(str(func), *dims),
+                      DTYPE_KEYS.get(first, "fp32"), dims=dims)
 
     op_class = _CLASS_BY_NAME.get(name)
     flops = 0.0
