@@ -506,35 +506,26 @@ def trace_step(
     fraction of the time; ``extrapolate_repeats=False`` traces every block.
     """
     device = resolve_trace_device(target_type, trace_on)
-    args = (model, batch, step_fn, optimizer, precision)
+
+    def traced_on(where: torch.device) -> Trace:
+        def trace() -> Trace:
+            return _trace(model, batch, step_fn, optimizer, precision, where, target_type, train)
+
+        return _shortest(model, precision, trace) if extrapolate_repeats else trace()
+
     if trace_on == "auto" and device.type != "cpu":
         try:
-            return _trace_shortest(*args, device, target_type, train, extrapolate_repeats)
+            return traced_on(device)
         except TraceError as exc:
-            trace = _trace_shortest(*args, torch.device("cpu"), target_type, train, extrapolate_repeats)
+            trace = traced_on(torch.device("cpu"))
             trace.notes.append(f"tracing on {device} failed ({exc}); traced on the CPU proxy instead")
             return trace
-    return _trace_shortest(*args, device, target_type, train, extrapolate_repeats)
+    return traced_on(device)
 
 
-def _trace_shortest(
-    model: torch.nn.Module,
-    batch: Any,
-    step_fn: StepFn | None,
-    optimizer: OptimizerArg,
-    precision: str | int | PrecisionSpec,
-    device: torch.device,
-    target_type: str,
-    train: bool,
-    extrapolate_repeats: bool,
-) -> Trace:
+def _shortest(model: torch.nn.Module, precision: str | int | PrecisionSpec, trace: Callable[[], Trace]) -> Trace:
     """The step traced with a stack of identical blocks cut short (``repeated_blocks``) where
-    that gives the full step's ops, else traced in full."""
-    def trace() -> Trace:
-        return _trace(model, batch, step_fn, optimizer, precision, device, target_type, train)
-
-    if not extrapolate_repeats:
-        return trace()
+    that gives the full step's ops, else ``trace()`` of the whole model."""
     started = time.perf_counter()
     try:
         shortened = trace_repeated(model, trace)
