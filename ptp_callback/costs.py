@@ -481,10 +481,10 @@ def describe_op(
         if lists and all(t.dim() == 0 for t in lists[0]) and phase == "optimizer":
             # Optimizer step counters: CPU tensors unless capturable/fused, so host work.
             return OpCost("host", 0.0, 0.0, 0, dtype_key)
-        first = _first_float_dtype(lists[0]) if lists else dtype
+        members = lists[0] if lists else []
+        first = _first_float_dtype(members) if lists else dtype
         # (lists, tensors per list, 64K-element chunks of the first list): what the launches follow.
-        dims = (len(lists), len(lists[0]) if lists else 0,
-                sum(max(1, math.ceil(t.numel() / 65536)) for t in (lists[0] if lists else ())))
+        dims = (len(lists), len(members), sum(max(1, math.ceil(t.numel() / 65536)) for t in members))
         return OpCost("optimizer", 0.0, float(read + written), foreach_launches(str(func), *dims),
                       DTYPE_KEYS.get(first, "fp32"), dims=dims)
 

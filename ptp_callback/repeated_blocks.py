@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -125,6 +126,7 @@ def cut_to(run: BlockRun, keep: int) -> Iterator[None]:
 def trace_repeated(model: torch.nn.Module, trace: Callable[[], Trace]) -> Trace | None:
     """The full step's trace from two shortened ones, or ``None`` where the shortcut does not hold
     (see module doc); ``trace()`` traces ``model`` as it is at the time of the call."""
+    started = time.perf_counter()
     run = find_run(model)
     if run is None:
         return None
@@ -141,7 +143,7 @@ def trace_repeated(model: torch.nn.Module, trace: Callable[[], Trace]) -> Trace 
     unknown = {k: one.unknown_ops.get(k, 0) + copies * (two.unknown_ops.get(k, 0) - one.unknown_ops.get(k, 0))
                for k in two.unknown_ops}
     return dataclasses.replace(
-        two, ops=ops, trace_s=one.trace_s + two.trace_s, unknown_ops=unknown,
+        two, ops=ops, trace_s=time.perf_counter() - started, unknown_ops=unknown,
         optimizer_state_bytes=one.optimizer_state_bytes + copies * (two.optimizer_state_bytes - one.optimizer_state_bytes),
         mappings=(*two.mappings, f"{run.length} identical blocks from {run.path} on: traced 1 and 2 deep, the rest extrapolated"))
 
@@ -174,31 +176,34 @@ def extrapolate(one: list[OpRecord], two: list[OpRecord], length: int) -> list[O
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
             out.extend(one[i1:i2])
-        elif tag == "insert":
-            out.extend(two[j1:j2] * copies)
-        elif tag == "replace":
-            merged = _merge(one[i1:i2], two[j1:j2], copies)
-            if merged is None:
-                return None
-            out.extend(merged)
-        else:  # an op of one block that two blocks do not run: nothing to extrapolate from
+            continue
+        # "insert" or "replace"; a "delete" (an op of one block that two blocks do not run) leaves
+        # an op of ``one`` unmatched, and there is nothing to extrapolate from.
+        merged = _merge(one[i1:i2], two[j1:j2], copies)
+        if merged is None:
             return None
+        out.extend(merged)
     return out
 
 
 def _merge(old: list[OpRecord], new: list[OpRecord], copies: int) -> list[OpRecord] | None:
     """A stretch where the diff found changes: each op of ``old`` grew into the next op of ``new``
-    with its name and phase; the ops of ``new`` left over were inserted by the second block."""
+    with its name and phase; each run of ops of ``new`` left between them was inserted by the
+    second block, and is repeated as a run."""
     out: list[OpRecord] = []
     pending = list(old)
+    inserted: list[OpRecord] = []
     for op in new:
         if pending and (pending[0].name, pending[0].phase) == (op.name, op.phase):
             grown = _grow(pending.pop(0), op, copies)
             if grown is None:
                 return None
+            out.extend(inserted * copies)
+            inserted = []
             out.append(grown)
         else:
-            out.extend([op] * copies)
+            inserted.append(op)
+    out.extend(inserted * copies)
     return None if pending else out
 
 

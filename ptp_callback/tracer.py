@@ -526,15 +526,13 @@ def trace_step(
 def _shortest(model: torch.nn.Module, precision: str | int | PrecisionSpec, trace: Callable[[], Trace]) -> Trace:
     """The step traced with a stack of identical blocks cut short (``repeated_blocks``) where
     that gives the full step's ops, else ``trace()`` of the whole model."""
-    started = time.perf_counter()
     try:
         shortened = trace_repeated(model, trace)
     except Exception:  # noqa: BLE001 - the full trace below names the op that fails, or succeeds
         shortened = None
     if shortened is None:
         return trace()
-    facts = _param_facts(model, as_precision(precision))
-    return replace(shortened, trace_s=time.perf_counter() - started, **facts)
+    return replace(shortened, **_param_facts(model, as_precision(precision)))
 
 
 def _param_facts(model: torch.nn.Module, spec: PrecisionSpec) -> dict[str, int]:
