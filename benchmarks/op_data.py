@@ -16,6 +16,7 @@ keyed by the ops file and the source of the tracer and cost descriptions.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -144,25 +145,8 @@ def _recurrent(row: dict) -> dict[str, Callable[[OpContext], Any]]:
         m = cls(s["input"], s["hidden"], s["layers"], batch_first=True, dtype=param_dt)
         return m, torch.randn(s["b"], s["s"], s["input"], dtype=param_dt, requires_grad=True)
 
-    def fwd(ctx: OpContext) -> None:
-        with ctx.setup():
-            m, x = module_and_input()
-        m(x)
-
-    def both(ctx: OpContext) -> None:
-        with ctx.setup():
-            m, x = module_and_input()
-            _as_benchmarked(x, *m.parameters())
-        if "autocast" in name:
-            with ctx.autocast():
-                y, _ = m(x)
-        else:
-            y, _ = m(x)
-        loss = y.float().sum()
-        with ctx.phase("backward"):
-            loss.backward()
-
-    return {"fwd": fwd, "fwd+bwd": both}
+    # As benchmarked: the forward alone ran without autocast, forward+backward under it.
+    return _module_calls(module_and_input, autocast="autocast" in name)
 
 
 def _as_benchmarked(*leaves: torch.Tensor) -> None:
@@ -175,12 +159,14 @@ def _as_benchmarked(*leaves: torch.Tensor) -> None:
             leaf.grad = torch.zeros_like(leaf)
 
 
-def _module_calls(make: Callable[[], tuple[torch.nn.Module, torch.Tensor]],
-                  contiguous_grad: bool = False) -> dict[str, Callable[[OpContext], Any]]:
+def _module_calls(make: Callable[[], tuple[torch.nn.Module, torch.Tensor]], contiguous_grad: bool = False,
+                  autocast: bool = False) -> dict[str, Callable[[OpContext], Any]]:
     """``fwd``: a fresh module on its input; ``fwd+bwd``: the same, then the backward of the
-    output's sum in fp32 (module and input are built in setup, untimed). ``contiguous_grad``:
-    the module's CUDA backward copies the sum's expanded gradient into a dense tensor first
-    (cuDNN batch norm does), a copy the CPU kernels the records come from never make."""
+    output's sum in fp32 (module and input are built in setup, untimed; a tuple output, as a
+    recurrent layer returns, counts by its first tensor). ``contiguous_grad``: the module's CUDA
+    backward copies the sum's expanded gradient into a dense tensor first (cuDNN batch norm does),
+    a copy the CPU kernels the records come from never make. ``autocast``: the forward of
+    ``fwd+bwd`` runs under the row's autocast."""
     def fwd(ctx: OpContext) -> None:
         with ctx.setup():
             m, x = make()
@@ -190,7 +176,10 @@ def _module_calls(make: Callable[[], tuple[torch.nn.Module, torch.Tensor]],
         with ctx.setup():
             m, x = make()
             _as_benchmarked(x, *m.parameters())
-        y = m(x)
+        with ctx.autocast() if autocast else contextlib.nullcontext():
+            y = m(x)
+        if isinstance(y, tuple):
+            y = y[0]
         if contiguous_grad:
             y.register_hook(lambda grad: grad.contiguous())
         loss = y.float().sum()
