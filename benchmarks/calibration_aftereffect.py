@@ -4,10 +4,10 @@ usage: python benchmarks/calibration_aftereffect.py [--device cpu|cuda] [--steps
 
 On the H100 80GB HBM3 that recorded ``benchmarks/data/``, once ``torch.profiler`` had run in a
 process, launch-bound steps stayed 25-45% slower. ptp_callback calibrates per op class by timing
-the heaviest ops in isolation (``measure_op_classes``) instead. This script runs a small launch-bound training loop,
-measures the median step before and after (1) ``measure_op_classes`` and (2) one profiled step,
-R rounds each in fresh processes, and prints the after/before ratios. Run it on a GPU when one is
-lent; on a CPU it checks the mechanism.
+the heaviest ops in isolation (``measure_op_classes``) instead. This script runs a small
+launch-bound training loop, measures the median step before and after (1) ``measure_op_classes``
+and (2) one profiled step, R rounds each in fresh processes, and prints the after/before ratios.
+Run it on a GPU when one is lent; on a CPU it checks the mechanism.
 """
 
 from __future__ import annotations
