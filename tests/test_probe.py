@@ -1,0 +1,56 @@
+"""The device probe's on-disk cache: read back, and measured again when it was taken while busy."""
+
+import json
+import os
+from dataclasses import asdict
+
+import torch
+
+from ptp_callback import probe
+from ptp_callback.probe import ProbeResult, probe_device
+
+
+def _write_cache(tmp_path, monkeypatch, fp32_rate: float, name: str = "cached") -> str:
+    monkeypatch.setenv("PTP_CACHE_DIR", str(tmp_path))
+    path = probe._cache_path(torch.device("cpu"))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    rates = {"fp32": {"64x1024x1024": fp32_rate / 2, "256": fp32_rate, "512": fp32_rate}}
+    cached = ProbeResult(name, torch.__version__, torch.get_num_threads(), rates, 1.0, 1e-6, 1e-6, 0.5, 2.0)
+    with open(path, "w") as f:
+        json.dump(asdict(cached), f)
+    return path
+
+
+def test_a_sound_cache_is_read_as_it_is(tmp_path, monkeypatch):
+    _write_cache(tmp_path, monkeypatch, fp32_rate=1e6)  # no CPU runs a GEMM faster than this
+    result = probe_device(torch.device("cpu"))
+    assert result.device_name == "cached" and result.gemm_tflops["fp32"]["512"] == 1e6
+
+
+def test_a_cache_taken_on_a_busy_machine_is_measured_again(tmp_path, monkeypatch):
+    slow = 1e-7  # TFLOP/s: far below what any CPU runs a 512^3 GEMM at
+    path = _write_cache(tmp_path, monkeypatch, fp32_rate=slow)
+    result = probe_device(torch.device("cpu"))
+    assert result.device_name != "cached"  # measured again
+    assert result.gemm_tflops["fp32"]["512"] > 100 * slow and result.gemm_tflops["fp32"]["1024"] > 0
+    with open(path) as f:
+        assert json.load(f)["gemm_tflops"]["fp32"]["512"] == result.gemm_tflops["fp32"]["512"]  # the cache heals
+    # The better of the two readings of each rate stands: the old host-op times were faster.
+    assert result.small_op_s == 1e-6 and result.copy_gbps >= 1.0
+
+
+def test_the_spot_check_runs_once_per_process(tmp_path, monkeypatch):
+    path = _write_cache(tmp_path, monkeypatch, fp32_rate=1e6)
+    monkeypatch.setattr(probe, "_spot_checked", set())
+    probe_device(torch.device("cpu"))
+    assert path in probe._spot_checked
+    _write_cache(tmp_path, monkeypatch, fp32_rate=1e-7)  # slow now, but this process checked it already
+    assert probe_device(torch.device("cpu")).device_name == "cached"
+
+
+def test_best_of_two_probes_keeps_each_faster_reading():
+    old = ProbeResult("cpu", "t", 2, {"fp32": {"256": 2.0, "512": 1.0}}, 10.0, 1e-6, 3e-6, 1.0, 50.0)
+    new = ProbeResult("cpu", "t", 2, {"fp32": {"256": 1.0, "512": 3.0, "1024": 4.0}}, 20.0, 2e-6, 2e-6, 2.0, 40.0)
+    best = probe._best_of(old, new)
+    assert best.gemm_tflops == {"fp32": {"256": 2.0, "512": 3.0, "1024": 4.0}}
+    assert (best.copy_gbps, best.cache_copy_gbps, best.small_op_s, best.autograd_op_s) == (20.0, 50.0, 1e-6, 2e-6)
