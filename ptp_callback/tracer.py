@@ -17,6 +17,8 @@ would run:
 * attention: CUDA's fused SDPA kernels apply dropout inside the kernel, CPU falls back to the
   unfused math path when dropout is on, so SDPA is traced with dropout off (fused kernel kept);
 * batch norm: CPU's ``native_batch_norm`` stands for cuDNN's batch norm (same class and bytes);
+  batch and layer norm run on meta tensors (``meta_dispatch.py``), so their saved statistics have
+  CUDA's dtype (fp32 for half inputs);
 * dropout: CUDA runs one fused ``native_dropout`` kernel, CPU three, so dropout is traced as
   ``native_dropout``;
 * GradScaler: traced as ``GradScaler("cpu")``, whose kernels match CUDA's, with the host sync of
@@ -39,7 +41,7 @@ from dataclasses import dataclass, field, is_dataclass, replace
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake_temporarily
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -47,6 +49,7 @@ from .attention import run_sdpa
 from .costs import OpCost, describe_op, is_known, op_kind
 from .cuda_autocast import casts_to_fp32, cuda_autocast_on_cpu
 from .fused import run_rms_norm
+from .meta_dispatch import MetaShortcut
 from .precision import PrecisionSpec, as_precision
 from .recurrent import is_rnn, run_rnn
 from .repeated_blocks import trace_repeated
@@ -56,6 +59,7 @@ OptimizerArg = torch.optim.Optimizer | Callable[[list[torch.nn.Parameter]], torc
 
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
 _PRIM_DEVICE = torch.ops.prim.device.default
+_LOCAL_SCALAR = torch.ops.aten._local_scalar_dense.default
 
 
 class TraceError(RuntimeError):
@@ -184,10 +188,11 @@ def _skips_dispatch(func: Any, args: tuple) -> bool:
 class _Recorder(TorchDispatchMode):
     """Records kernel-launching ops; counts metadata ops cheaply without recording them."""
 
-    def __init__(self, spec: PrecisionSpec, module_of: Callable[[], str]) -> None:
+    def __init__(self, spec: PrecisionSpec, module_of: Callable[[], str], *, cuda_target: bool = True) -> None:
         super().__init__()
         self.spec = spec
         self.module_of = module_of
+        self.meta = MetaShortcut(cuda_target)
         self.ops: list[OpRecord] = []
         self.phase = "forward"
         self.active = True
@@ -204,7 +209,7 @@ class _Recorder(TorchDispatchMode):
             return args[0].fake_device
         kwargs = kwargs or {}
         try:
-            out = None if _skips_dispatch(func, args) else func(*args, **kwargs)
+            out = None if _skips_dispatch(func, args) else self._run(func, args, kwargs)
         except Exception:
             if self.failed_op is None:
                 self.failed_op = f"{func} (in module {self.module_of() or '<top level>'}, {self.phase})"
@@ -223,6 +228,13 @@ class _Recorder(TorchDispatchMode):
             self.unknown[str(func)] = self.unknown.get(str(func), 0) + 1
         self.record(str(func), cost, (args, kwargs), out, _replay_spec(args, kwargs) if cost.kernels else None)
         return out
+
+    def _run(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        if func is _LOCAL_SCALAR and isinstance(args[0], FakeTensor) and args[0].constant is not None:
+            with unset_fake_temporarily():  # what the fake mode returns, without its dispatch
+                return args[0].constant.item()
+        out = self.meta.run(func, args, kwargs)
+        return func(*args, **kwargs) if out is NotImplemented else out
 
     def record(self, name: str, cost: OpCost, inputs: Any, outputs: Any, replay: Any = None) -> None:
         """Append one op record, charging it the metadata ops and module calls since the last one."""
@@ -561,7 +573,7 @@ def _trace(
     started = time.perf_counter()
     recorder_ref: list[_Recorder] = []
     module_path = _ModulePath(recorder_ref, model)
-    recorder = _Recorder(spec, module_path.current)
+    recorder = _Recorder(spec, module_path.current, cuda_target=target_type == "cuda")
     recorder_ref.append(recorder)
     mappings: list[str] = []
     if proxy_for_cuda:

@@ -1,0 +1,152 @@
+"""Ops that the fake mode decomposes in Python, run on meta tensors: the same outputs, the same trace."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from ptp_callback import trace_step
+from ptp_callback import meta_dispatch
+from ptp_callback.meta_dispatch import MetaShortcut
+
+aten = torch.ops.aten
+
+
+def layouts(out):
+    return [(tuple(t.shape), t.stride(), t.dtype, t.device.type) if isinstance(t, torch.Tensor) else t
+            for t in (out if isinstance(out, (tuple, list)) else [out])]
+
+
+def activation_cases(x, g):
+    return [(aten.hardswish.default, (x,), {}), (aten.hardsigmoid.default, (x,), {}),
+            (aten.gelu_backward.default, (g, x), {"approximate": "tanh"}),
+            (aten.hardswish_backward.default, (g, x), {}), (aten.hardsigmoid_backward.default, (g, x), {}),
+            (aten.threshold_backward.default, (g, x, 0.0), {}), (aten.silu_backward.default, (g, x), {}),
+            (aten.sigmoid_backward.default, (g, x), {}), (aten.tanh_backward.default, (g, x), {})]
+
+
+def norm_cases(x, g, dtype, device):
+    c = x.shape[1]
+    w = torch.empty(c, device=device)
+    stats = torch.empty(c, device=device)
+    mean, invstd = torch.empty(c, device=device), torch.empty(c, device=device)
+    ln_x = x.flatten(2).transpose(1, 2).contiguous()
+    ln_w = torch.empty(c, dtype=dtype, device=device)
+    ln_mean, ln_rstd = torch.empty(ln_x.shape[:2] + (1,), device=device), torch.empty(ln_x.shape[:2] + (1,), device=device)
+    return [(aten.native_batch_norm.default, (x, w, w, stats, stats, True, 0.1, 1e-5), {}),
+            (aten.native_batch_norm.default, (x, w, w, stats, stats, False, 0.1, 1e-5), {}),
+            (aten.native_batch_norm_backward.default, (g, x, w, stats, stats, mean, invstd, True, 1e-5, [True] * 3), {}),
+            (aten.native_layer_norm.default, (ln_x, [c], ln_w, ln_w, 1e-5), {}),
+            (aten.native_layer_norm_backward.default, (ln_x, ln_x, [c], ln_mean, ln_rstd, ln_w, ln_w, [True] * 3), {})]
+
+
+def inputs(dtype, channels_last, device="cpu"):
+    x = torch.empty(4, 8, 5, 6, dtype=dtype, device=device)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    return x, torch.empty_like(x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_activations_give_what_the_fake_mode_gives(dtype, channels_last):
+    shortcut = MetaShortcut(cuda_target=False)
+    with FakeTensorMode():
+        x, g = inputs(dtype, channels_last)
+        for func, args, kwargs in activation_cases(x, g):
+            fast = shortcut.run(func, args, kwargs)
+            assert fast is not NotImplemented
+            assert layouts(fast) == layouts(func(*args, **kwargs)), func
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_norms_give_what_the_fake_mode_gives_on_cuda(dtype, channels_last):
+    """On the CPU proxy the norms' outputs are CUDA's (fp32 statistics for half inputs), as a
+    fake CUDA device (which needs no GPU for these forward and backward rules) gives them."""
+    shortcut = MetaShortcut(cuda_target=True)
+    with FakeTensorMode():
+        on_cpu = norm_cases(*inputs(dtype, channels_last), dtype, "cpu")
+        on_cuda = norm_cases(*inputs(dtype, channels_last, "cuda"), dtype, "cuda")
+        for (func, args, kwargs), (_, cuda_args, cuda_kwargs) in zip(on_cpu, on_cuda):
+            fast = shortcut.run(func, args, kwargs)
+            expected = [(shape, stride, dt, "cpu") if isinstance(shape, tuple) else shape
+                        for shape, stride, dt, _device in layouts(func(*cuda_args, **cuda_kwargs))]
+            assert layouts(fast) == expected, func
+
+
+def test_norms_of_a_cpu_target_go_through_the_fake_mode():
+    shortcut = MetaShortcut(cuda_target=False)
+    with FakeTensorMode():
+        x, g = inputs(torch.bfloat16, False)
+        for func, args, kwargs in norm_cases(x, g, torch.bfloat16, "cpu"):
+            assert shortcut.run(func, args, kwargs) is NotImplemented
+
+
+def test_real_and_other_ops_go_through_the_fake_mode():
+    shortcut = MetaShortcut(cuda_target=True)
+    with FakeTensorMode():
+        x, g = inputs(torch.float32, False)
+        assert shortcut.run(aten.add.Tensor, (x, g), {}) is NotImplemented
+        constant = torch.tensor(2.0)  # a scalar made under the fake mode: a fake tensor with a value
+        assert constant.constant is not None
+        assert shortcut.run(aten.hardswish.default, (constant,), {}) is NotImplemented
+    real = torch.zeros(3)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        assert shortcut.run(aten.hardswish.default, (real,), {}) is NotImplemented
+
+
+def test_a_signature_seen_before_is_not_run_again():
+    shortcut = MetaShortcut(cuda_target=True)
+    with FakeTensorMode():
+        x, g = inputs(torch.bfloat16, True)
+        first = shortcut.run(aten.hardswish_backward.default, (g, x), {})
+        again = shortcut.run(aten.hardswish_backward.default, (torch.empty_like(g), torch.empty_like(x)), {})
+        assert len(shortcut._outputs) == 1 and layouts(first) == layouts(again) and first is not again
+
+
+class SqueezeExciteNet(nn.Module):
+    """Batch norm, hardswish, hardsigmoid, GELU and layer norm: every op of the shortcut."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 16, 3, padding=1)
+        self.bn = nn.BatchNorm2d(16)
+        self.se = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(16, 16, 1), nn.Hardsigmoid())
+        self.norm = nn.LayerNorm(16)
+        self.head = nn.Linear(16, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.hardswish(self.bn(self.conv(x)))
+        x = x * self.se(x)
+        x = F.silu(x) + torch.tanh(x) + torch.sigmoid(x) + F.relu(x)
+        x = F.gelu(self.norm(x.mean((2, 3))), approximate="tanh")
+        return self.head(x)
+
+
+def ce_step(model, batch):
+    x, y = batch
+    return F.cross_entropy(model(x), y)
+
+
+@pytest.mark.parametrize("precision", ["32-true", "16-mixed", "bf16-true"])
+@pytest.mark.parametrize("device", ["h100-sxm", "cpu"])
+def test_the_trace_is_the_one_the_fake_mode_gives(monkeypatch, precision, device):
+    from ptp_callback.step import resolve_device
+
+    target = "cpu" if resolve_device(device)[0].arch == "cpu" else "cuda"
+    batch = (torch.randn(8, 3, 12, 12), torch.randint(0, 10, (8,)))
+    fast = trace_step(SqueezeExciteNet(), batch, ce_step, None, precision, target_type=target, trace_on="cpu")
+    monkeypatch.setattr(meta_dispatch.MetaShortcut, "run", lambda self, func, args, kwargs: NotImplemented)
+    slow = trace_step(SqueezeExciteNet(), batch, ce_step, None, precision, target_type=target, trace_on="cpu")
+    assert [(op.name, op.phase) for op in fast.ops] == [(op.name, op.phase) for op in slow.ops]
+    for a, b in zip(fast.ops, slow.ops):
+        if "layer_norm" in a.name and precision == "bf16-true" and target == "cuda":
+            # CUDA keeps a half layer norm's statistics in fp32, the CPU in the input's dtype: two
+            # statistics per row (8 rows), 2 bytes more each.
+            assert a.cost.bytes - b.cost.bytes == 2 * 8 * 2
+        else:
+            assert a.cost == b.cost and a.out_shapes == b.out_shapes, a.name
