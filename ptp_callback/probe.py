@@ -152,7 +152,7 @@ def _measure(device: torch.device) -> ProbeResult:
 # machine was busy (seen on a 2-core VM: 0.05 TFLOP/s cached, 0.07 measured later); every
 # prediction read from it would be that much too slow, so the probe is taken again.
 SPOT_CHECK_FASTER = 1.2
-_SPOT_SIZE = 512
+_SPOT_SIZE = 256
 _spot_checked: set[str] = set()  # cache files found sound in this process
 
 
