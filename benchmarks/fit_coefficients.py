@@ -104,6 +104,7 @@ OP_PARAMS: dict[str, list[Param]] = {
         *[("mem_eff", f"{c}:{p}", 0.01, 1.0) for c in ("batch_norm", "batch_norm_native") for p in ("fwd", "bwd")],
         *[("latency_s", f"{c}:{p}", 0.0, 80e-6) for c in ("batch_norm", "batch_norm_native") for p in ("fwd", "bwd")],
         *[("extra", f"{c}_channels_half:{p}", 0.0, 2000.0) for c in ("batch_norm", "batch_norm_native") for p in ("fwd", "bwd")],
+        *[("extra", f"{c}_run_half:{p}", 1.0, 4096.0) for c in ("batch_norm", "batch_norm_native") for p in ("fwd", "bwd")],
     ],
     "memory": [
         ("mem_eff", "elementwise", 0.3, 1.0), ("mem_eff", "cast", 0.2, 1.0), ("mem_eff", "reduction", 0.2, 1.0),
@@ -155,7 +156,8 @@ INITIAL = CostCoefficients(
     source="initial physical guesses (not fitted)",
     extra={"attention_key_fill": 256.0, "attention_dim_fill": 32.0, "attention_dropout_cost": 0.4,
            "conv_layout_passes": 1.0, "reference_small_op_s": 10.85e-6, "batch_norm_channels_half": 32.0,
-           "batch_norm_native_channels_half": 32.0, "host_scale": 1.0},
+           "batch_norm_native_channels_half": 32.0, "batch_norm_run_half": 32.0, "batch_norm_native_run_half": 32.0,
+           "host_scale": 1.0},
 )
 
 

@@ -148,8 +148,10 @@ class OpCost:
     precision allows TF32 for them. ``backward`` marks a backward kernel (``*_backward*`` ops run
     other kernels than their forward); ``misaligned`` a tensor-core GEMM with a dimension that is
     not a multiple of 16 bytes (cuBLAS then falls back to slow narrow-load kernels: a vocabulary
-    of 50257 does this), ``alignment`` the elements all its dimensions are multiples of (1, 2, 4); ``aux_bytes`` memory-bound side work inside a compute op (the bias
-    gradient a convolution backward reduces); ``dropout`` fused attention that applies dropout;
+    of 50257 does this), ``alignment`` the elements all its dimensions are multiples of (1, 2, 4);
+    ``aux_bytes`` memory-bound side work inside a compute op (the bias gradient a convolution
+    backward reduces, the bias a convolution forward adds to its output); ``dropout`` fused
+    attention that applies dropout;
     ``gemms`` the implicit GEMMs ``(batch, m, n, k)`` of a convolution (forward: one; backward: data
     and weight gradients); ``layout_bytes`` the activation traffic of converting NCHW tensors to the
     NHWC layout tensor-core convolutions run in, and back. ``kernel`` names the kernel family
@@ -158,7 +160,8 @@ class OpCost:
     ``rnn_relu``) and ``dims`` holds the shape the class's time model needs (attention:
     ``(batch, q_heads, kv_heads, q_len, kv_len, head_dim, value_dim)``; recurrent:
     ``(gates, layers, directions, batch, seq, input, hidden, proj)``; convolution:
-    ``(n, c_in, c_out, in_pixels, out_pixels, kernel_pixels, groups, stride)``).
+    ``(n, c_in, c_out, in_pixels, out_pixels, kernel_pixels, groups, stride)``; batch norm:
+    ``(elements per channel, channels, feature-map pixels)``).
     """
 
     op_class: str
@@ -533,7 +536,8 @@ def describe_op(
             op_class = "batch_norm_native"
         x = args[0] if args and isinstance(args[0], torch.Tensor) and args[0].dim() >= 2 else None
         if x is not None and x.shape[1]:
-            dims = (x.numel() // x.shape[1], int(x.shape[1]))  # (elements per channel, channels)
+            # (elements per channel, channels, contiguous run: the spatial size of an NCHW map)
+            dims = (x.numel() // x.shape[1], int(x.shape[1]), math.prod(x.shape[2:]))
     elif op_class == "norm":
         dims = _norm_rows(func, args, kwargs)
     elif op_class is None:
@@ -559,6 +563,10 @@ def describe_op(
         misaligned = alignment < per_16_bytes
     if name == "convolution_backward" and len(args) > 10 and args[10][2]:
         aux = float(_tensor_bytes(args[0]))  # grad_output read once more for the bias gradient
+        kernels += 1
+    elif name == "convolution" and outputs and isinstance(_arg(func, args, kwargs, "bias", None), torch.Tensor):
+        # cuDNN convolves without the bias; PyTorch then adds it in place, one more pass over the output.
+        aux = 2.0 * _tensor_bytes(outputs[0])
         kernels += 1
     return OpCost(op_class, flops, float(read + written), kernels, dtype_key, gemm, causal,
                   "backward" in name, misaligned, alignment, aux, dropout, gemms, layout, kernel_family, dims)

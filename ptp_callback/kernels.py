@@ -6,12 +6,15 @@ broad shape grids (``benchmarks/fit_coefficients.py``), never on a model:
 
 * ``gemm``: wave-quantized tiles (NeuSight-style): CTAs = tiles x split-K, waves =
   ceil(CTAs / SMs), each tile costs ``2 * Mt * Nt * (K / split + k_fill)`` FLOPs at its share of
-  the dtype's peak; the best tile and split-K is taken, as cuBLAS heuristics do. A tensor-core
-  GEMM whose leading dimensions are not 16-byte aligned runs older narrow-load kernels at a
-  fraction of that rate, by alignment (``costs._gemm_alignment``). Never less than the memory time.
+  the dtype's peak; the best tile and split-K is taken, as cuBLAS heuristics do (up to 128-way:
+  a tiny output over a long K, like a first convolution's weight gradient, fills every SM). A
+  tensor-core GEMM whose leading dimensions are not 16-byte aligned runs older narrow-load
+  kernels at a fraction of that rate, by alignment (``costs._gemm_alignment``). Never less than
+  the memory time.
 * ``conv``: by kernel family and pass. Dense, 1x1 and grouped convolutions are their implicit
   GEMMs (forward; data and weight gradients, ``groups`` GEMMs each) through the wave model at a
-  per-family, per-pass efficiency, plus cuDNN's NCHW<->NHWC conversions for tensor-core math.
+  per-family, per-pass efficiency, plus cuDNN's NCHW<->NHWC conversions for tensor-core math,
+  plus the bias (forward: PyTorch adds it in a pass of its own; backward: one more reduction).
   ``conv_dw``: depthwise convolutions run CUDA-core kernels whose time follows the multiply-adds
   (``flops`` at a fitted rate) or the bytes, whichever is longer.
 * ``attention``: FLOPs at a fraction of peak that grows with the keys a query block sweeps and
@@ -47,7 +50,7 @@ _TILES = {
     "tensor": ((128, 256), (256, 128), (128, 128), (256, 64), (128, 64), (64, 128), (64, 64), (64, 32), (32, 64)),
     "simt": ((128, 128), (128, 64), (64, 128), (64, 64), (64, 32), (32, 64), (32, 32)),
 }
-_SPLITS = (1, 2, 4, 8, 16)
+_SPLITS = (1, 2, 4, 8, 16, 32, 64, 128)
 _QUERY_BLOCK = 128  # rows of queries per attention CTA (flash and memory-efficient kernels)
 
 
@@ -183,11 +186,21 @@ def conv_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> fl
     memory = cost.bytes / (bandwidth * pick(coef.mem_eff, ("conv", kind, direction), 0.8))
     passes_of_layout = pick(coef.extra, ("conv_layout_passes", kind, family), 1.0)
     layout = cost.layout_bytes * passes_of_layout / (bandwidth * coef.memory_efficiency("elementwise", cost.dtype))
-    aux = memory_seconds(cost.aux_bytes, device, coef, "reduction", cost.dtype)
+    aux = _bias_seconds(cost, device, coef)
     latency = pick(coef.latency_s, ("conv", kind, direction), 0.0)
     if kind == "grouped" and cost.dims:
         latency += cost.dims[6] * pick(coef.latency_s, ("conv", kind, "per_group"), 0.0)
     return max(compute, memory) + layout + aux + latency
+
+
+def _bias_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> float:
+    """A convolution's bias: backward reduces the output gradient once more (a GPU and a CPU
+    alike); forward adds it to the output in a pass of its own on a GPU, while CPU kernels fuse it."""
+    if cost.backward:
+        return memory_seconds(cost.aux_bytes, device, coef, "reduction", cost.dtype)
+    if coef.extra.get("gemm_model") == "roofline":
+        return 0.0
+    return memory_seconds(cost.aux_bytes, device, coef, "elementwise", cost.dtype)
 
 
 def _channel_alignment(cost: OpCost, coef: CostCoefficients) -> float:
@@ -210,7 +223,8 @@ def depthwise_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) 
     direction = "bwd" if cost.backward else "fwd"
     rate = pick(coef.compute_eff, ("conv_dw", direction, family), 0.03) * peak_flops(device, "fp32")
     memory = memory_seconds(cost.bytes, device, coef, "conv_dw", cost.dtype, cost.backward)
-    return max(cost.flops / rate, memory) + pick(coef.latency_s, ("conv_dw", direction), 0.0)
+    bias = _bias_seconds(cost, device, coef)
+    return max(cost.flops / rate, memory) + bias + pick(coef.latency_s, ("conv_dw", direction), 0.0)
 
 
 def attention_seconds(op: OpRecord, device: DeviceSpec, coef: CostCoefficients) -> float:
@@ -295,10 +309,15 @@ def kernel_seconds(op: OpRecord, device: DeviceSpec, coef: CostCoefficients) -> 
     if cost.op_class == "norm" and len(cost.dims) == 2:
         # One row per warp or block: many short rows take longer than their bytes.
         seconds = max(seconds, cost.dims[0] * pick(coef.latency_s, ("norm_row", direction), 0.0) / device.sm_count)
-    elif cost.op_class.startswith("batch_norm") and len(cost.dims) == 2:
+    elif cost.op_class.startswith("batch_norm") and len(cost.dims) >= 2:
         # Per-channel statistics: with few channels the kernels cannot use the whole bandwidth
         # (measured: 16 channels reached 14% of it, 96 channels 66%, 500 or more 90%).
         channels = cost.dims[1]
         half = pick(coef.extra, (f"{cost.op_class}_channels_half", direction), 0.0)
         seconds /= channels / (channels + half)
+        if len(cost.dims) > 2:
+            # A channel's values lie in runs of one feature map each (NCHW): the small maps of a
+            # network's last stages (7x7, 14x14) leave most of every memory transaction unused.
+            run = max(1, cost.dims[2])
+            seconds /= run / (run + pick(coef.extra, (f"{cost.op_class}_run_half", direction), 0.0))
     return floor + latency + seconds

@@ -6,9 +6,11 @@ import math
 from dataclasses import replace
 
 import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 from ptp_callback.coefficients import HOPPER, pick
-from ptp_callback.costs import OpCost
+from ptp_callback.costs import OpCost, describe_op
 from ptp_callback.devices import DeviceSpec, get_device
 from ptp_callback.kernels import (
     attention_seconds,
@@ -115,6 +117,64 @@ def test_batch_norm_over_few_channels_reaches_a_fraction_of_bandwidth():
     assert kernel_seconds(op, TOY, coef) == pytest.approx(24e-6)
     wide = replace(op, cost=replace(op.cost, dims=(100, 32_000)))
     assert kernel_seconds(wide, TOY, coef) == pytest.approx(12e-6 * (32_000 + 32) / 32_000)
+
+
+def test_gemm_with_a_tiny_output_splits_its_long_k_over_every_sm():
+    # A first layer's weight gradient: 64 x 27 outputs, K = 3.2M (batch x pixels). One 64x32 tile
+    # split 128 ways runs on 128 CTAs; the 128 partial sums (fp32) are written and read back.
+    device = replace(TOY, sm_count=128)
+    m, n, k = 64, 27, 3_211_264
+    flops_per_cta = 2 * 64 * 32 * (k / 128)
+    partials = 2 * 128 * m * n * 4 / 1000e9
+    expected = flops_per_cta / (2e12 * 0.5 / 128) + partials
+    assert wave_seconds(1, m, n, k, "bf16", device, COEF) == pytest.approx(expected)
+    # Without the split it would take 128 times the compute on one SM.
+    assert wave_seconds(1, m, n, k, "bf16", device, COEF) < 2 * 64 * 32 * k / (2e12 * 0.5 / 128) / 50
+
+
+def _conv_op(bias: bool) -> OpRecord:
+    with FakeTensorMode():
+        x = torch.empty(8, 16, 32, 32)
+        w = torch.empty(32, 16, 3, 3)
+        b = torch.empty(32) if bias else None
+        args = (x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+        out = torch.ops.aten.convolution.default(*args)
+        cost = describe_op(torch.ops.aten.convolution.default, args, {}, out, matmul_tf32=False, conv_tf32=False,
+                           phase="forward")
+    return OpRecord("aten.convolution.default", "forward", "", cost)
+
+
+def test_convolution_bias_is_one_more_pass_over_the_output_on_a_gpu():
+    plain, biased = _conv_op(False), _conv_op(True)
+    output_bytes = 8 * 32 * 32 * 32 * 4
+    assert plain.cost.aux_bytes == 0 and biased.cost.aux_bytes == 2 * output_bytes
+    assert biased.cost.kernels == plain.cost.kernels + 1
+    coef = replace(COEF, kernel_floor_s=0.0)
+    # Read and write of the output at 1000 GB/s (elementwise efficiency 1).
+    assert kernel_seconds(biased, TOY, coef) - kernel_seconds(plain, TOY, coef) == pytest.approx(2 * output_bytes / 1e12)
+    # CPU kernels fuse the bias: a roofline (CPU) model charges nothing for it.
+    cpu = replace(coef, extra={**coef.extra, "gemm_model": "roofline"})
+    assert kernel_seconds(biased, TOY, cpu) == pytest.approx(kernel_seconds(plain, TOY, cpu))
+
+
+def test_batch_norm_over_small_feature_maps_is_slower_per_byte():
+    coef = replace(COEF, extra={"batch_norm_run_half": 49.0}, mem_eff={"elementwise": 1.0})
+    # 12 MB at 1000 GB/s is 12 us; in runs of one 7x7 map (49 values), half the bandwidth: 24 us.
+    small = OpRecord("aten.native_batch_norm.default", "forward", "",
+                     OpCost("batch_norm", 0.0, 12e6, 1, "fp32", dims=(10**5, 960, 49)))
+    assert kernel_seconds(small, TOY, coef) == pytest.approx(24e-6)
+    large = replace(small, cost=replace(small.cost, dims=(10**5, 960, 112 * 112)))
+    assert kernel_seconds(large, TOY, coef) == pytest.approx(12e-6 * (12544 + 49) / 12544)
+
+
+def test_batch_norm_records_its_feature_map_size():
+    with FakeTensorMode():
+        x = torch.empty(8, 16, 7, 7)
+        args = (x, torch.empty(16), torch.empty(16), torch.empty(16), torch.empty(16), True, 0.1, 1e-5)
+        out = torch.ops.aten.native_batch_norm.default(*args)
+        cost = describe_op(torch.ops.aten.native_batch_norm.default, args, {}, out, matmul_tf32=False,
+                           conv_tf32=False, phase="forward")
+    assert cost.dims == (8 * 49, 16, 49)
 
 
 def test_shipped_coefficients_are_fractions_of_peak():
