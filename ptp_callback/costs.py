@@ -161,7 +161,7 @@ class OpCost:
     ``(batch, q_heads, kv_heads, q_len, kv_len, head_dim, value_dim)``; recurrent:
     ``(gates, layers, directions, batch, seq, input, hidden, proj)``; convolution:
     ``(n, c_in, c_out, in_pixels, out_pixels, kernel_pixels, groups, stride)``; batch norm:
-    ``(elements per channel, channels, feature-map pixels)``).
+    ``(elements per channel, channels)``, plus the feature-map pixels for an NCHW input).
     """
 
     op_class: str
@@ -536,8 +536,11 @@ def describe_op(
             op_class = "batch_norm_native"
         x = args[0] if args and isinstance(args[0], torch.Tensor) and args[0].dim() >= 2 else None
         if x is not None and x.shape[1]:
-            # (elements per channel, channels, contiguous run: the spatial size of an NCHW map)
-            dims = (x.numel() // x.shape[1], int(x.shape[1]), math.prod(x.shape[2:]))
+            dims = (x.numel() // x.shape[1], int(x.shape[1]))  # (elements per channel, channels)
+            if x.dim() > 2 and x.is_contiguous():
+                # NCHW: a channel's values lie in runs of one feature map each. A (N, C) input or a
+                # channels-last one is read along its channels, with no such runs.
+                dims += (math.prod(x.shape[2:]),)
     elif op_class == "norm":
         dims = _norm_rows(func, args, kwargs)
     elif op_class is None:

@@ -167,14 +167,21 @@ def test_batch_norm_over_small_feature_maps_is_slower_per_byte():
     assert kernel_seconds(large, TOY, coef) == pytest.approx(12e-6 * (12544 + 49) / 12544)
 
 
-def test_batch_norm_records_its_feature_map_size():
+def _batch_norm_dims(x: torch.Tensor) -> tuple[int, ...]:
+    channels = x.shape[1]
+    args = (x, *(torch.empty(channels) for _ in range(4)), True, 0.1, 1e-5)
+    out = torch.ops.aten.native_batch_norm.default(*args)
+    return describe_op(torch.ops.aten.native_batch_norm.default, args, {}, out, matmul_tf32=False,
+                       conv_tf32=False, phase="forward").dims
+
+
+def test_batch_norm_records_its_feature_map_size_for_nchw_input_only():
     with FakeTensorMode():
-        x = torch.empty(8, 16, 7, 7)
-        args = (x, torch.empty(16), torch.empty(16), torch.empty(16), torch.empty(16), True, 0.1, 1e-5)
-        out = torch.ops.aten.native_batch_norm.default(*args)
-        cost = describe_op(torch.ops.aten.native_batch_norm.default, args, {}, out, matmul_tf32=False,
-                           conv_tf32=False, phase="forward")
-    assert cost.dims == (8 * 49, 16, 49)
+        assert _batch_norm_dims(torch.empty(8, 16, 7, 7)) == (8 * 49, 16, 49)
+        # BatchNorm1d over (N, C) and channels-last maps read along the channels: no short runs.
+        assert _batch_norm_dims(torch.empty(4096, 1024)) == (4096, 1024)
+        channels_last = torch.empty(8, 16, 7, 7).to(memory_format=torch.channels_last)
+        assert _batch_norm_dims(channels_last) == (8 * 49, 16)
 
 
 def test_shipped_coefficients_are_fractions_of_peak():
