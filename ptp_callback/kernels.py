@@ -151,11 +151,16 @@ def misaligned_scale(cost: OpCost, coef: CostCoefficients, family: str) -> float
     return pick(coef.gemm_eff, ("misaligned", family, str(align)), 0.2)
 
 
+def _cpu_rooflines(coef: CostCoefficients) -> bool:
+    """Coefficients of a probed CPU: measured-rate rooflines instead of the GPU's wave model."""
+    return coef.extra.get("gemm_model") == "roofline"
+
+
 def gemm_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> float:
     """Time of a GEMM op: wave-quantized tiles on a GPU, a measured-rate roofline on a CPU."""
     batch, m, n, k = cost.gemm or (1, 1, 1, 1)
     memory = memory_seconds(cost.bytes, device, coef, "gemm", cost.dtype)
-    if coef.extra.get("gemm_model") == "roofline":
+    if _cpu_rooflines(coef):
         # A CPU: measured rates, falling with the smallest dimension (packing and blocking
         # overheads are amortized over fewer multiply-adds).
         smallest = min(m, n, k)
@@ -172,7 +177,7 @@ def conv_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> fl
     family = _family(device, cost.dtype)
     kind = cost.kernel or "dense"
     direction = "bwd" if cost.backward else "fwd"
-    if cost.gemms and coef.extra.get("gemm_model") != "roofline":
+    if cost.gemms and not _cpu_rooflines(coef):
         passes = ("dgrad", "wgrad") if cost.backward else ("fwd",)
         compute = 0.0
         aligned = _channel_alignment(cost, coef)
@@ -198,7 +203,7 @@ def _bias_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> f
     alike); forward adds it to the output in a pass of its own on a GPU, while CPU kernels fuse it."""
     if cost.backward:
         return memory_seconds(cost.aux_bytes, device, coef, "reduction", cost.dtype)
-    if coef.extra.get("gemm_model") == "roofline":
+    if _cpu_rooflines(coef):
         return 0.0
     return memory_seconds(cost.aux_bytes, device, coef, "elementwise", cost.dtype)
 

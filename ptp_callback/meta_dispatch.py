@@ -16,7 +16,7 @@ every device.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
@@ -38,7 +38,14 @@ _NORMS = frozenset({
 })
 
 Signature = tuple[Any, ...]
-_Layout = tuple[tuple[int, ...], tuple[int, ...], torch.dtype]
+
+
+class _Layout(NamedTuple):
+    """What the trace needs of an output tensor."""
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
 
 
 class MetaShortcut:
@@ -87,15 +94,14 @@ def _as_meta(value: Any) -> Any:
 
 
 def _layout(value: Any) -> Any:
-    return ("layout", tuple(value.shape), value.stride(), value.dtype) if isinstance(value, torch.Tensor) else value
+    return _Layout(tuple(value.shape), value.stride(), value.dtype) if isinstance(value, torch.Tensor) else value
 
 
 def _is_layout(value: Any) -> bool:
-    return isinstance(value, tuple) and len(value) == 4 and value[0] == "layout"
+    return isinstance(value, _Layout)
 
 
-def _fake(mode: Any, layout: tuple, device: torch.device) -> FakeTensor:
-    _, shape, stride, dtype = layout
+def _fake(mode: Any, layout: _Layout, device: torch.device) -> FakeTensor:
     with unset_fake_temporarily():
-        meta = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+        meta = torch.empty_strided(layout.shape, layout.stride, dtype=layout.dtype, device="meta")
     return mode.fake_tensor_converter.from_meta_and_device(mode, meta, device)
