@@ -189,7 +189,7 @@ def conv_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> fl
         compute = cost.flops / (peak_flops(device, cost.dtype) * pick(coef.gemm_eff, ("gemm", family), 0.7) * scale)
     bandwidth = _bandwidth(device)
     memory = cost.bytes / (bandwidth * pick(coef.mem_eff, ("conv", kind, direction), 0.8))
-    passes_of_layout = pick(coef.extra, ("conv_layout_passes", kind, family), 1.0)
+    passes_of_layout = pick(coef.extra, ("conv_layout_passes", kind, direction, family), 1.0)
     layout = cost.layout_bytes * passes_of_layout / (bandwidth * coef.memory_efficiency("elementwise", cost.dtype))
     aux = _bias_seconds(cost, device, coef)
     latency = pick(coef.latency_s, ("conv", kind, direction), 0.0)

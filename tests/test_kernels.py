@@ -157,6 +157,38 @@ def test_convolution_bias_is_one_more_pass_over_the_output_on_a_gpu():
     assert kernel_seconds(biased, TOY, cpu) == pytest.approx(kernel_seconds(plain, TOY, cpu))
 
 
+def _conv_cost(x: torch.Tensor, c_out: int, backward: bool = False) -> OpCost:
+    w = torch.empty(c_out, x.shape[1], 3, 3)
+    args = (x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+    out = torch.ops.aten.convolution.default(*args)
+    if not backward:
+        return describe_op(torch.ops.aten.convolution.default, args, {}, out, matmul_tf32=False, conv_tf32=False,
+                           phase="forward")
+    grads = torch.ops.aten.convolution_backward.default(out, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1,
+                                                         [True, True, False])
+    return describe_op(torch.ops.aten.convolution_backward.default,
+                       (out, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [True, True, False]), {},
+                       grads, matmul_tf32=False, conv_tf32=False, phase="backward")
+
+
+def test_channels_first_convolution_tiles_each_images_pixels():
+    with FakeTensorMode():
+        nchw = torch.empty(256, 64, 7, 7)
+        small = _conv_cost(nchw, 128)
+        assert small.gemms == ((256, 49, 128, 64 * 9),)
+        assert _conv_cost(nchw, 128, backward=True).gemms == ((256, 49, 64, 128 * 9), (1, 128, 64 * 9, 256 * 49))
+        nhwc = nchw.to(memory_format=torch.channels_last)
+        assert _conv_cost(nhwc, 128).gemms == ((1, 256 * 49, 128, 64 * 9),)
+        large = _conv_cost(torch.empty(16, 64, 28, 28), 128)  # the same multiply-adds over 28x28 maps
+    assert small.flops == large.flops
+
+    def seconds(cost: OpCost) -> float:
+        return kernel_seconds(OpRecord("aten.convolution.default", "forward", "", cost), TOY, COEF)
+
+    # A 49-pixel map fills a 64-row tile to 77%: each image's tiles run partly empty.
+    assert seconds(small) > 1.25 * seconds(large)
+
+
 def test_batch_norm_over_small_feature_maps_is_slower_per_byte():
     coef = replace(COEF, extra={"batch_norm_run_half": 49.0}, mem_eff={"elementwise": 1.0})
     # 12 MB at 1000 GB/s is 12 us; in runs of one 7x7 map (49 values), half the bandwidth: 24 us.
