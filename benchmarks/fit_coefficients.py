@@ -49,6 +49,7 @@ Param = tuple[str, str | None, float, float]  # (coefficient table, key or None 
 
 _DT = ("fp32", "tf32", "bf16", "fp16")
 _HALF = ("bf16", "fp16")
+_CONV_FAMILIES = ("dense", "pointwise", "strided_pointwise", "grouped")
 
 # Stage 1: which parameters each group of op rows fits.
 OP_PARAMS: dict[str, list[Param]] = {
@@ -69,13 +70,13 @@ OP_PARAMS: dict[str, list[Param]] = {
         ("mem_eff", "gemm", 0.3, 1.0), ("host_class_s", "gemm", 0.0, 40e-6),
     ],
     "conv": [
-        *[("conv_eff", f"conv:{fam}:{p}:{d}", 0.05, 1.5) for fam in ("dense", "pointwise", "strided_pointwise", "grouped")
+        *[("conv_eff", f"conv:{fam}:{p}:{d}", 0.05, 1.5) for fam in _CONV_FAMILIES
           for p in ("fwd", "dgrad", "wgrad") for d in ("tf32", "bf16", "fp16")],
-        *[("extra", f"conv_layout_passes:{fam}:{p}:{d}", 0.0, 4.0) for fam in ("dense", "pointwise", "strided_pointwise", "grouped")
+        *[("extra", f"conv_layout_passes:{fam}:{p}:{d}", 0.0, 4.0) for fam in _CONV_FAMILIES
           for p in ("fwd", "bwd") for d in ("tf32", "bf16", "fp16")],
-        *[("mem_eff", f"conv:{fam}:{p}", 0.05, 1.0) for fam in ("dense", "pointwise", "strided_pointwise", "grouped")
+        *[("mem_eff", f"conv:{fam}:{p}", 0.05, 1.0) for fam in _CONV_FAMILIES
           for p in ("fwd", "bwd")],
-        *[("latency_s", f"conv:{fam}:{p}", 0.0, 300e-6) for fam in ("dense", "pointwise", "strided_pointwise", "grouped")
+        *[("latency_s", f"conv:{fam}:{p}", 0.0, 300e-6) for fam in _CONV_FAMILIES
           for p in ("fwd", "bwd")],
         ("latency_s", "conv:grouped:per_group", 0.0, 50e-6),
         *[("conv_eff", f"channel_align:{a}", 0.2, 2.0) for a in (32, 16, 1)],

@@ -426,10 +426,10 @@ def _channels_first(args: tuple) -> bool:
     return first is None or not first.is_contiguous(memory_format=torch.channels_last)
 
 
-def _nchw_bytes(func: torch._ops.OpOverload, args: tuple, kwargs: dict, outputs: list[torch.Tensor]) -> float:
-    """Bytes cuDNN moves converting channels-first activations to NHWC and back (0 if already NHWC)."""
+def _nchw_bytes(args: tuple, outputs: list[torch.Tensor]) -> float:
+    """Bytes cuDNN moves converting a channels-first convolution's activations to NHWC and back."""
     tensors = [t for t in list(args[:2]) + outputs if isinstance(t, torch.Tensor) and t.dim() == 4]
-    if not tensors or not _channels_first(args):
+    if not tensors:
         return 0.0
     return float(sum(2 * t.numel() * t.element_size() for t in tensors if t.shape[1] > 1 or t.dim() != 4))
 
@@ -533,15 +533,16 @@ def describe_op(
         elif dims:
             if dtype_key == "fp32" and conv_tf32:
                 dtype_key = "tf32"
+            channels_first = _channels_first(args)
             if name == "convolution_backward":
                 # Always (data gradient, weight gradient); a pass the mask leaves out is empty.
                 mask = _arg(func, args, kwargs, "output_mask", [True, True, False])
-                both = conv_gemms(dims, ("dgrad", "wgrad"), _channels_first(args))
+                both = conv_gemms(dims, ("dgrad", "wgrad"), channels_first)
                 gemms = tuple(g if on else _NO_GEMM for g, on in zip(both, mask[:2]))
             else:
-                gemms = conv_gemms(dims, ("fwd",), _channels_first(args))
-            if dtype_key != "fp32" and dtype_key != "fp64":
-                layout = _nchw_bytes(func, args, kwargs, outputs)
+                gemms = conv_gemms(dims, ("fwd",), channels_first)
+            if dtype_key != "fp32" and dtype_key != "fp64" and channels_first:
+                layout = _nchw_bytes(args, outputs)
     elif op_class == "attention":
         flops, causal, dropout = _attention_flops(func, args, kwargs)
     elif op_class == "batch_norm":

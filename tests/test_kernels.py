@@ -134,13 +134,7 @@ def test_gemm_with_a_tiny_output_splits_its_long_k_over_every_sm():
 
 def _conv_op(bias: bool) -> OpRecord:
     with FakeTensorMode():
-        x = torch.empty(8, 16, 32, 32)
-        w = torch.empty(32, 16, 3, 3)
-        b = torch.empty(32) if bias else None
-        args = (x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
-        out = torch.ops.aten.convolution.default(*args)
-        cost = describe_op(torch.ops.aten.convolution.default, args, {}, out, matmul_tf32=False, conv_tf32=False,
-                           phase="forward")
+        cost = _conv_cost(torch.empty(8, 16, 32, 32), 32, bias=bias)
     return OpRecord("aten.convolution.default", "forward", "", cost)
 
 
@@ -157,18 +151,18 @@ def test_convolution_bias_is_one_more_pass_over_the_output_on_a_gpu():
     assert kernel_seconds(biased, TOY, cpu) == pytest.approx(kernel_seconds(plain, TOY, cpu))
 
 
-def _conv_cost(x: torch.Tensor, c_out: int, backward: bool = False) -> OpCost:
+def _conv_cost(x: torch.Tensor, c_out: int, bias: bool = False, backward: bool = False) -> OpCost:
+    """A 3x3, stride-1, padding-1 convolution of ``x`` (under the caller's fake mode), described."""
     w = torch.empty(c_out, x.shape[1], 3, 3)
-    args = (x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
-    out = torch.ops.aten.convolution.default(*args)
+    conv = (x, w, torch.empty(c_out) if bias else None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+    out = torch.ops.aten.convolution.default(*conv)
     if not backward:
-        return describe_op(torch.ops.aten.convolution.default, args, {}, out, matmul_tf32=False, conv_tf32=False,
+        return describe_op(torch.ops.aten.convolution.default, conv, {}, out, matmul_tf32=False, conv_tf32=False,
                            phase="forward")
-    grads = torch.ops.aten.convolution_backward.default(out, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1,
-                                                         [True, True, False])
-    return describe_op(torch.ops.aten.convolution_backward.default,
-                       (out, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [True, True, False]), {},
-                       grads, matmul_tf32=False, conv_tf32=False, phase="backward")
+    args = (out, x, w, None, *conv[3:], [True, True, False])
+    grads = torch.ops.aten.convolution_backward.default(*args)
+    return describe_op(torch.ops.aten.convolution_backward.default, args, {}, grads, matmul_tf32=False,
+                       conv_tf32=False, phase="backward")
 
 
 def test_channels_first_convolution_tiles_each_images_pixels():
