@@ -183,6 +183,21 @@ def test_channels_first_convolution_tiles_each_images_pixels():
     assert seconds(small) > 1.25 * seconds(large)
 
 
+def test_implicit_gemm_steps_through_whole_channel_chunks_per_filter_tap():
+    with FakeTensorMode():
+        # fp32: 32-channel chunks (128 bytes). 40 input channels take two chunks per tap, so the
+        # forward's K is 9 x 64, not 9 x 40; the data gradient chunks the 72 output channels.
+        odd = _conv_cost(torch.empty(8, 40, 14, 14), 72, backward=True)
+        assert odd.gemms == ((8, 196, 40, 96 * 9), (1, 72, 40 * 9, 8 * 196))
+        assert _conv_cost(torch.empty(8, 40, 14, 14), 72).gemms == ((8, 196, 72, 64 * 9),)
+        # Fewer channels than a chunk: a chunk of the next power of two (an RGB input takes 4).
+        assert _conv_cost(torch.empty(8, 3, 14, 14), 64).gemms == ((8, 196, 64, 4 * 9),)
+        # Whole chunks: nothing added, the multiply-adds are those of the convolution.
+        even = _conv_cost(torch.empty(8, 64, 14, 14), 128)
+    assert even.gemms == ((8, 196, 128, 64 * 9),)
+    assert even.flops == 2 * 8 * 196 * 128 * 64 * 9
+
+
 def test_batch_norm_over_small_feature_maps_is_slower_per_byte():
     coef = replace(COEF, extra={"batch_norm_run_half": 49.0}, mem_eff={"elementwise": 1.0})
     # 12 MB at 1000 GB/s is 12 us; in runs of one 7x7 map (49 values), half the bandwidth: 24 us.
