@@ -443,10 +443,9 @@ def _channels_first(args: tuple) -> bool:
 
 def _nchw_bytes(args: tuple, outputs: list[torch.Tensor]) -> float:
     """Bytes cuDNN moves converting a channels-first convolution's activations to NHWC and back."""
-    tensors = [t for t in list(args[:2]) + outputs if isinstance(t, torch.Tensor) and t.dim() == 4]
-    if not tensors:
-        return 0.0
-    return float(sum(2 * t.numel() * t.element_size() for t in tensors if t.shape[1] > 1 or t.dim() != 4))
+    # With one channel, NCHW and NHWC are the same layout: nothing to convert.
+    return float(sum(2 * t.numel() * t.element_size() for t in list(args[:2]) + outputs
+                     if isinstance(t, torch.Tensor) and t.dim() == 4 and t.shape[1] > 1))
 
 
 def _norm_rows(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[int, ...]:
