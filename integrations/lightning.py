@@ -41,7 +41,7 @@ from ptp_callback.device_names import resolve_device_name
 from ptp_callback.devices import DeviceSpec
 from ptp_callback.display import format_clock
 from ptp_callback.forecast import RunForecaster
-from ptp_callback.notices import OnceWarnings, warn
+from ptp_callback.notices import OnceWarnings, PrecisionHazard, warn
 from ptp_callback.report import plan_line, report_line
 from ptp_callback.run_prediction import RunPrediction, advice_cost_s, precision_advice
 
@@ -131,6 +131,8 @@ class PrecisionTimeCallback(Callback):
             forecaster.set_plan(self.prediction.plan, now)
             _print(trainer, "ptp: " + plan_line(forecaster.initial_parts, forecaster.total_s(now),
                                                 self.precision_label, self.prediction.device.name))
+            for hazard in self.prediction.trace.hazards:
+                self._warnings.warn(hazard, hazard, PrecisionHazard)
             if self._advice_cost_s() < 0.005 * (forecaster.predicted_total_s or 0.0):
                 self._advise(trainer, pl_module, forecaster.predicted_total_s)
         if self.show_in_progress_bar:

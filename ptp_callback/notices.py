@@ -11,7 +11,7 @@ import sys
 import warnings
 from collections.abc import Iterator
 
-__all__ = ["OnceWarnings", "PrecisionAdvice", "PtpWarning", "warn"]
+__all__ = ["OnceWarnings", "PrecisionAdvice", "PrecisionHazard", "PtpWarning", "warn"]
 
 
 class PtpWarning(UserWarning):
@@ -20,6 +20,11 @@ class PtpWarning(UserWarning):
 
 class PrecisionAdvice(PtpWarning):
     """Another precision is predicted to make this run faster."""
+
+
+class PrecisionHazard(PtpWarning):
+    """The run's settings cannot train in its precision (an optimizer ``eps`` that float16 rounds
+    to 0); ptp_callback still times the run."""
 
 
 _OURS = (os.path.dirname(os.path.abspath(__file__)),

@@ -86,7 +86,8 @@ class StepPrediction:
     kernel_s: list[float] = field(default_factory=list, repr=False)
     notes: tuple[str, ...] = ()
     # What the user should know about this prediction: a precision the device cannot run fast,
-    # ops the cost model has no rule for. Also in ``notes``; ``print(pred)`` shows them.
+    # ops the cost model has no rule for, an optimizer that cannot train in this precision. Also
+    # in ``notes``; ``print(pred)`` shows them.
     warnings: tuple[str, ...] = ()
 
     @property
@@ -114,7 +115,7 @@ def simulate(
     """
     corrections = corrections or {}
     warnings = support_notes(trace.precision, device) + _dtype_notes(trace, device) + tuple(
-        note for note in trace.notes if note.startswith("the cost model has no rule"))
+        note for note in trace.notes if note.startswith("the cost model has no rule")) + trace.hazards
     synchronous = bool(coef.extra.get("synchronous", False))
     host = end = step_host_seconds(trace, coef) * corrections.get("host", 1.0)
     dev = 0.0

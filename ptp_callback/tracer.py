@@ -50,6 +50,7 @@ from .costs import OpCost, describe_op, is_known, op_kind
 from .cuda_autocast import casts_to_fp32, cuda_autocast_on_cpu
 from .fused import run_rms_norm
 from .meta_dispatch import MetaShortcut
+from .optimizer_precision import eps_underflow
 from .precision import PrecisionSpec, as_precision
 from .recurrent import is_rnn, run_rnn
 from .repeated_blocks import trace_repeated
@@ -137,6 +138,8 @@ class Trace:
     optimizer_state_bytes: int = 0
     # Ops the cost model has no rule for, with their count: priced by their bytes, and warned about.
     unknown_ops: dict[str, int] = field(default_factory=dict)
+    # Settings this step cannot train with (an optimizer eps its parameters' dtype rounds to 0).
+    hazards: tuple[str, ...] = ()
 
     @property
     def proxy(self) -> bool:
@@ -627,6 +630,7 @@ def _trace(
                 f"could not trace the training step: {type(exc).__name__} at {where}: {exc}"
             ) from exc
 
+    hazard = eps_underflow(optimizer_copy) if optimizer_copy is not None else None
     notes = []
     if recorder.unknown:
         notes.append(_unknown_ops_message(recorder.unknown, len(recorder.ops)))
@@ -643,6 +647,7 @@ def _trace(
         optimizer_state_bytes=_state_bytes(optimizer_copy) if optimizer_copy is not None else 0,
         notes=notes,
         unknown_ops=dict(recorder.unknown),
+        hazards=(hazard,) if hazard else (),
     )
 
 

@@ -51,7 +51,7 @@ from .cadence import Every, positions_every, with_evaluations
 from .devices import DeviceSpec
 from .display import format_clock
 from .forecast import RunForecaster
-from .notices import OnceWarnings, PrecisionAdvice, PtpWarning
+from .notices import OnceWarnings, PrecisionAdvice, PrecisionHazard, PtpWarning
 from .precision import PrecisionSpec
 from .report import plan_line, report_line
 from .run_plan import LoaderFacts
@@ -221,6 +221,8 @@ class RunTracker:
             self._sync_device = inputs.run_device
         if self.prediction is not None:
             self.forecaster.set_plan(self.prediction.plan, self.clock())
+            for hazard in self.prediction.trace.hazards:
+                self.warn_once(hazard, hazard, PrecisionHazard)
             if self.advise and self._advice_cost_s() < 0.005 * (self.forecaster.predicted_total_s or 0.0):
                 self._advise(self.forecaster.predicted_total_s)
 
