@@ -79,7 +79,6 @@ OP_PARAMS: dict[str, list[Param]] = {
         *[("latency_s", f"conv:{fam}:{p}", 0.0, 300e-6) for fam in _CONV_FAMILIES
           for p in ("fwd", "bwd")],
         ("latency_s", "conv:grouped:per_group", 0.0, 50e-6),
-        *[("conv_eff", f"channel_align:{a}", 0.2, 2.0) for a in (32, 16, 1)],
         *[("compute_eff", f"conv_dw:{p}:{d}", 0.002, 1.0) for p in ("fwd", "bwd") for d in ("fp32", "bf16", "fp16")],
         ("mem_eff", "conv_dw:fwd", 0.02, 1.0), ("mem_eff", "conv_dw:bwd", 0.01, 1.0),
         ("host_class_s", "conv", 0.0, 60e-6), ("latency_s", "conv_dw:fwd", 0.0, 30e-6), ("latency_s", "conv_dw:bwd", 0.0, 30e-6),

@@ -180,9 +180,8 @@ def conv_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> fl
     if cost.gemms and not _cpu_rooflines(coef):
         passes = ("dgrad", "wgrad") if cost.backward else ("fwd",)
         compute = 0.0
-        aligned = _channel_alignment(cost, coef)
         for gemm, part in zip(cost.gemms, passes):
-            scale = pick(coef.conv_eff, ("conv", kind, part, family), 0.8) * aligned
+            scale = pick(coef.conv_eff, ("conv", kind, part, family), 0.8)
             compute += wave_seconds(*gemm, cost.dtype, device, coef, scale)
     else:
         scale = pick(coef.conv_eff, ("conv", kind, "fwd", family), 0.8)
@@ -206,20 +205,6 @@ def _bias_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> f
     if _cpu_rooflines(coef):
         return 0.0
     return memory_seconds(cost.aux_bytes, device, coef, "elementwise", cost.dtype)
-
-
-def _channel_alignment(cost: OpCost, coef: CostCoefficients) -> float:
-    """Relative rate of cuDNN's kernels by how the channels per group align: measured on the H100,
-    3x3 convolutions whose input and output channels were both not multiples of 32 ran 15-30%
-    slower than the per-family rate, those with both multiples of 32 5-20% faster."""
-    if len(cost.dims) != 8:
-        return 1.0
-    groups = max(1, cost.dims[6])
-    rate = 1.0
-    for channels in (cost.dims[1] // groups, cost.dims[2] // groups):
-        align = next((a for a in (32, 16, 8) if channels % a == 0), 1)
-        rate *= coef.conv_eff.get(f"channel_align:{align}", 1.0)
-    return rate
 
 
 def depthwise_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> float:
