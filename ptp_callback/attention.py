@@ -14,7 +14,7 @@ profiles and per-op timings):
   heads;
 * anything else (fp32 grouped-query attention, odd head dims): the unfused math path, traced as
   the ops it runs (``_scaled_dot_product_attention_math``: repeat the key/value heads, two batched
-  GEMMs, softmax, dropout).
+  GEMMs, ``_safe_softmax`` -- four kernels, ``costs._safe_softmax_bytes`` -- and dropout).
 
 Fused kernels apply dropout inside the kernel. The FLOPs are ``flop_counter``'s SDPA formulas
 with the key/value heads broadcast to the query heads (the work the kernel does).

@@ -94,7 +94,7 @@ _KERNELS: dict[str, int] = {
     "convolution_backward": 2, "native_layer_norm_backward": 2, "native_group_norm_backward": 2,
     "native_batch_norm": 2, "native_batch_norm_backward": 2, "_native_batch_norm_legit": 2,
     "_native_batch_norm_legit_functional": 2, "cudnn_batch_norm": 2, "cudnn_batch_norm_backward": 2,
-    "_fused_rms_norm_backward": 2, "embedding_dense_backward": 4, "nll_loss_backward": 2,
+    "_fused_rms_norm_backward": 2, "embedding_dense_backward": 4, "nll_loss_backward": 2, "_safe_softmax": 4,
     "native_dropout": 1, "_scaled_dot_product_flash_attention_for_cpu_backward": 3,
     "_scaled_dot_product_efficient_attention_backward": 3, "_efficient_attention_backward": 3,
     "_scaled_dot_product_flash_attention_backward": 3, "_flash_attention_backward": 3,
@@ -478,6 +478,16 @@ def _cudnn_batch_norm(func: torch._ops.OpOverload, args: tuple, kwargs: dict) ->
     return not (data.dtype == torch.float16 and weight_dtype != torch.float32)
 
 
+def _safe_softmax_bytes(scores: torch.Tensor, out: torch.Tensor, dim: int) -> tuple[int, int]:
+    """(read, written) by ``_safe_softmax``, the softmax of SDPA's unfused math path. Eager PyTorch
+    runs it as four kernels (``_KERNELS``): the softmax, ``eq(-inf)`` into a bool mask, ``all``
+    over each row of the mask, and ``where`` zeroing fully masked rows: three more passes over the
+    scores than a plain softmax."""
+    x, o, mask = _tensor_bytes(scores), _tensor_bytes(out), scores.numel()
+    rows = mask // max(1, scores.shape[dim]) if scores.dim() else 1
+    return x + x + mask + o + rows, o + mask + rows + o
+
+
 def describe_op(
     func: torch._ops.OpOverload,
     args: tuple,
@@ -581,6 +591,8 @@ def describe_op(
             op_class = "cast" if inputs[0].dtype != outputs[0].dtype else "elementwise"
         if name in _FILL_OPS:
             read = 0  # write-only kernels (their "inputs" are shapes or a template)
+        elif name == "_safe_softmax" and inputs and outputs:
+            read, written = _safe_softmax_bytes(inputs[0], outputs[0], _arg(func, args, kwargs, "dim", -1))
 
     if op_class in _ELEMENT_BOUND:
         read = sum(_tensor_bytes(t, 4) for t in inputs if t.is_floating_point())

@@ -277,6 +277,20 @@ def test_grouped_query_attention_is_one_fused_kernel(precision):
     assert attention[0].cost.flops == 524_288
 
 
+def test_the_math_paths_safe_softmax_is_charged_its_four_passes():
+    # fp32 grouped-query attention runs the unfused math path; its _safe_softmax is, in eager
+    # PyTorch, softmax + eq(-inf) + all + where: four kernels over the 2 x 8 x 16 x 16 scores.
+    q = torch.randn(2, 8, 16, 32)
+    k, v = (torch.randn(2, 2, 16, 32) for _ in range(2))
+    trace = trace_step(nn.Identity(), (q, k, v), lambda m, b: F.scaled_dot_product_attention(
+        *m(b), is_causal=True, enable_gqa=True), None, "32-true", train=False)
+    (softmax,) = [op for op in trace.ops if op.name == "aten._safe_softmax.default"]
+    scores = 2 * 8 * 16 * 16
+    # read: softmax 4 B, eq 4 B, all 1 B per score, where 4 B (+ the row mask); written: 4 + 1 + 4 B
+    assert softmax.cost.kernels == 4
+    assert softmax.cost.bytes == (4 + 4 + 1 + 4) * scores + 2 * 2 * 8 * 16 + (4 + 1 + 4) * scores
+
+
 def test_ops_the_cost_model_does_not_know_are_reported():
     @torch.library.custom_op("ptp_test::shift", mutates_args=())
     def shift(x: torch.Tensor) -> torch.Tensor:
