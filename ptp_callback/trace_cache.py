@@ -3,9 +3,10 @@
 A trace depends only on what the step runs: the model's structure (module types, their settings,
 parameter and buffer shapes and dtypes, which parameters train), the code of every module's
 ``forward`` and of the step function, the batch's shapes and dtypes, the precision, the optimizer
-(class and hyperparameters), the target device type and the torch version. :func:`trace_key`
-hashes exactly that; :func:`cached_trace_step` returns the stored trace for a key it has seen and
-traces (and stores) otherwise.
+(class and hyperparameters), the target device type, the torch version and this package's own
+code (a trace holds each op's priced bytes and kernels, so an upgrade traces again).
+:func:`trace_key` hashes exactly that; :func:`cached_trace_step` returns the stored trace for a
+key it has seen and traces (and stores) otherwise.
 
 What the key cannot see -- a helper function the model's ``forward`` calls, edited between two
 fits -- would reuse a stale trace: delete the cache directory (``$PTP_CACHE_DIR``, see
@@ -14,6 +15,7 @@ fits -- would reuse a stale trace: delete the cache directory (``$PTP_CACHE_DIR`
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import marshal
 import os
@@ -36,6 +38,23 @@ _VERSION = "1"
 def enabled() -> bool:
     """False when ``PTP_TRACE_CACHE=0``."""
     return os.environ.get("PTP_TRACE_CACHE", "1") not in ("0", "false", "no")
+
+
+@functools.cache
+def _package_digest() -> str:
+    """A digest of this package's source files: how a trace is recorded and priced."""
+    digest = hashlib.sha256()
+    package = os.path.dirname(os.path.abspath(__file__))
+    try:
+        for name in sorted(os.listdir(package)):
+            if name.endswith(".py"):
+                with open(os.path.join(package, name), "rb") as f:
+                    digest.update(name.encode() + b"\0" + f.read())
+    except OSError:  # not installed as files (a zip): the release number stands in for the code
+        from . import __version__
+
+        return __version__
+    return digest.hexdigest()[:16]
 
 
 def _code_digest(fn: Any, digest: Any) -> None:
@@ -87,7 +106,8 @@ def trace_key(
 ) -> str:
     """A hash of everything the trace of this step depends on (see the module doc)."""
     digest = hashlib.sha256()
-    digest.update(f"{_VERSION}|{torch.__version__}|{sys.version_info[:2]}|{target_type}|{train}|{precision}".encode())
+    digest.update(f"{_VERSION}|{_package_digest()}|{torch.__version__}|{sys.version_info[:2]}|{target_type}|{train}|"
+                  f"{precision}".encode())
     digest.update(repr(model).encode())
     classes: dict[type, None] = {}
     for module in model.modules():

@@ -86,3 +86,12 @@ def test_a_damaged_cache_file_is_traced_again(cache):
     path.write_bytes(b"not a pickle")
     trace, hit = cached_trace_step(model(), batch(), step, None, SPEC)
     assert not hit and trace.ops
+
+
+def test_another_version_of_this_package_does_not_reuse_the_trace(monkeypatch):
+    # A trace holds each op's priced bytes and kernels: a trace stored by other code is stale.
+    from ptp_callback import trace_cache
+
+    base = key()
+    monkeypatch.setattr(trace_cache, "_package_digest", lambda: "another release")
+    assert key() != base
