@@ -114,8 +114,8 @@ def simulate(
     key ``"host"``, all host time: online calibration supplies them.
     """
     corrections = corrections or {}
-    warnings = support_notes(trace.precision, device) + _dtype_notes(trace, device) + tuple(
-        note for note in trace.notes if note.startswith("the cost model has no rule")) + trace.hazards
+    unknown = (trace.unknown_ops_note,) if trace.unknown_ops_note else ()
+    warnings = support_notes(trace.precision, device) + _dtype_notes(trace, device) + unknown + trace.hazards
     synchronous = bool(coef.extra.get("synchronous", False))
     host = end = step_host_seconds(trace, coef) * corrections.get("host", 1.0)
     dev = 0.0

@@ -142,6 +142,16 @@ class Trace:
     hazards: tuple[str, ...] = ()
 
     @property
+    def unknown_ops_note(self) -> str | None:
+        """One sentence on the ops the cost model has no rule for, or ``None`` when it has one for all."""
+        if not self.unknown_ops:
+            return None
+        count = sum(self.unknown_ops.values())
+        listed = ", ".join(f"{name} x{n}" for name, n in sorted(self.unknown_ops.items(), key=lambda kv: -kv[1]))
+        return (f"the cost model has no rule for {len(self.unknown_ops)} op(s) making {count} of {len(self.ops)} "
+                f"recorded ops ({100.0 * count / max(1, len(self.ops)):.1f}%), priced by the bytes they move: {listed}")
+
+    @property
     def proxy(self) -> bool:
         """True when the step was traced on CPU standing in for another device."""
         return self.trace_device != self.target_type
@@ -530,12 +540,16 @@ def trace_step(
 
     if trace_on == "auto" and device.type != "cpu":
         try:
-            return traced_on(device)
+            traced = traced_on(device)
         except TraceError as exc:
-            trace = traced_on(torch.device("cpu"))
-            trace.notes.append(f"tracing on {device} failed ({exc}); traced on the CPU proxy instead")
-            return trace
-    return traced_on(device)
+            traced = traced_on(torch.device("cpu"))
+            traced.notes.append(f"tracing on {device} failed ({exc}); traced on the CPU proxy instead")
+    else:
+        traced = traced_on(device)
+    # Warned here, once, with the whole step's counts: not by each shortened or failed trace.
+    if traced.unknown_ops_note:
+        warnings.warn(f"ptp: {traced.unknown_ops_note}", TraceWarning, stacklevel=2)
+    return traced
 
 
 def _shortest(model: torch.nn.Module, precision: str | int | PrecisionSpec, trace: Callable[[], Trace]) -> Trace:
@@ -631,10 +645,6 @@ def _trace(
             ) from exc
 
     hazard = eps_underflow(optimizer_copy) if optimizer_copy is not None else None
-    notes = []
-    if recorder.unknown:
-        notes.append(_unknown_ops_message(recorder.unknown, len(recorder.ops)))
-        warnings.warn(f"ptp: {notes[-1]}", TraceWarning, stacklevel=4)
     return Trace(
         ops=recorder.ops,
         precision=spec,
@@ -645,17 +655,9 @@ def _trace(
         mappings=tuple(mappings),
         optimizer_name=type(optimizer_copy).__name__ if optimizer_copy is not None else "",
         optimizer_state_bytes=_state_bytes(optimizer_copy) if optimizer_copy is not None else 0,
-        notes=notes,
         unknown_ops=dict(recorder.unknown),
         hazards=(hazard,) if hazard else (),
     )
-
-
-def _unknown_ops_message(unknown: dict[str, int], total: int) -> str:
-    count = sum(unknown.values())
-    listed = ", ".join(f"{name} x{n}" for name, n in sorted(unknown.items(), key=lambda kv: -kv[1]))
-    return (f"the cost model has no rule for {len(unknown)} op(s) making {count} of {total} recorded ops "
-            f"({100.0 * count / max(1, total):.1f}%), priced by the bytes they move: {listed}")
 
 
 def _state_bytes(optimizer: torch.optim.Optimizer) -> int:

@@ -163,3 +163,38 @@ def test_gpt2_layers_are_extrapolated_exactly():
         full = trace_step(model, ids, step, None, precision, target_type="cuda", trace_on="cpu",
                           extrapolate_repeats=False)
         assert shortened(quick) and work(quick) == work(full)
+
+
+@torch.library.custom_op("ptp_test::block_shift", mutates_args=())
+def block_shift(x: torch.Tensor) -> torch.Tensor:
+    return x + 1
+
+
+@block_shift.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+block_shift.register_autograd(lambda ctx, grad: grad)
+
+
+class ShiftedBlock(Block):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(block_shift(x))
+
+
+def test_ops_without_a_rule_are_counted_and_warned_once_for_the_whole_stack():
+    model = Stack(depth=9)
+    model.blocks = nn.ModuleList(ShiftedBlock(64, i) for i in range(9))
+    with pytest.warns(UserWarning) as caught:
+        quick = trace_step(model, batch(), ce_step, None, "32-true", target_type="cuda", trace_on="cpu")
+    with pytest.warns(UserWarning):
+        full = trace_step(model, batch(), ce_step, None, "32-true", target_type="cuda", trace_on="cpu",
+                          extrapolate_repeats=False)
+    assert shortened(quick)
+    assert quick.unknown_ops == full.unknown_ops == {"ptp_test.block_shift.default": 9}
+    assert [str(w.message) for w in caught if "no rule" in str(w.message)] == [f"ptp: {full.unknown_ops_note}"]
+    assert "making 9 of" in full.unknown_ops_note
+    with pytest.warns(UserWarning, match="making 9 of"):
+        pred = predict_step(model, batch(), ce_step, None, "32-true", "h100-sxm", trace_on="cpu")
+    assert full.unknown_ops_note in pred.warnings
