@@ -47,7 +47,7 @@ from ptp_callback.run_prediction import RunPrediction, advice_cost_s, precision_
 
 from .lightning_module import (add_bar_metric, log_eta_metrics, precision_spec, predict_fit, predicts_the_run_device,
                                quiet_logging, step_code_key, training_step)
-from .lightning_schedule import read_checkpoints, read_schedule, time_limit_used
+from .lightning_schedule import read_checkpoints, read_schedule, time_limit_used, with_epoch_length
 
 log = logging.getLogger("lightning.pytorch.ptp_callback")  # printed and configured like Lightning's own lines
 
@@ -110,7 +110,8 @@ class PrecisionTimeCallback(Callback):
             schedule = read_schedule(trainer)  # every rank: it may run collectives (and starts the loader)
             saves, every_s, checkpoint = read_checkpoints(trainer, schedule)
             self.forecaster = RunForecaster(schedule, saves=saves, save_every_s=every_s,
-                                            warmup_batches=self.warmup_batches)
+                                            warmup_batches=self.warmup_batches,
+                                            relayout=lambda n: with_epoch_length(trainer, schedule, n))
             self.forecaster.fit_start(started)
             if self._restored is not None:
                 self.forecaster.load_state_dict(self._restored)

@@ -62,7 +62,7 @@ from ptp_callback.checkpoints import CheckpointSettings, save_positions
 from ptp_callback.run_prediction import CheckpointFacts
 from ptp_callback.schedule import EPOCH_END, FitSchedule, FitStart, build_schedule
 
-__all__ = ["read_checkpoints", "read_schedule", "time_limit_used"]
+__all__ = ["read_checkpoints", "read_schedule", "time_limit_used", "with_epoch_length"]
 
 
 def read_schedule(trainer: "pl.Trainer") -> FitSchedule:
@@ -180,6 +180,14 @@ def read_checkpoints(trainer: "pl.Trainer", schedule: FitSchedule) -> tuple[tupl
             facts = CheckpointFacts(directory=cb.dirpath, weights_only=cb.save_weights_only,
                                     replaces_previous=cb.save_top_k > 0)
     return tuple(sorted(positions)), every_s, facts
+
+
+def with_epoch_length(trainer: "pl.Trainer", schedule: FitSchedule,
+                      batches_per_epoch: int) -> tuple[FitSchedule, tuple[int, ...]]:
+    """A schedule read for a train iterable without ``len``, laid out with epochs of
+    ``batches_per_epoch`` (what its first epoch ran), and the saves on it."""
+    relaid = schedule.with_epoch_length(batches_per_epoch)
+    return relaid, read_checkpoints(trainer, relaid)[0]
 
 
 def time_limit_used(trainer: "pl.Trainer") -> float:

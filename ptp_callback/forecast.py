@@ -44,6 +44,7 @@ import bisect
 import math
 import statistics
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -170,6 +171,9 @@ class RunForecaster:
         warmup_batches: first training batches never used as steady measurements.
         min_window: the fewest latest steady batches the batch time averages (it averages over as
             many as are left to forecast, when more; whole accumulation cycles).
+        relayout: for a schedule without an epoch length (a train iterable without ``len``): given
+            the batches of the first whole epoch, the schedule and save positions of the fit with
+            epochs that long. Called once, at that epoch's end; the fit has an ETA from then on.
     """
 
     def __init__(
@@ -181,8 +185,10 @@ class RunForecaster:
         save_every_s: float | None = None,
         warmup_batches: int = 3,
         min_window: int = 50,
+        relayout: Callable[[int], tuple[FitSchedule, tuple[int, ...]]] | None = None,
     ) -> None:
         self.schedule = schedule
+        self.relayout = relayout
         self.plan = plan
         self.saves = tuple(sorted(saves))
         self.save_every_s = save_every_s
@@ -206,6 +212,7 @@ class RunForecaster:
         self._save_open = False
         self._epoch_open_at: int | None = None
         self._epoch_closed_at = -1
+        self._epoch_began_at: int | None = None  # position at the running epoch's start
         self._sanity_val_ends: list[float] = []
         self._prior: dict[str, float] = {}  # unit costs measured by an earlier run (resume)
         self._own_pending = 0.0  # the callback's own seconds inside the interval now running
@@ -250,7 +257,7 @@ class RunForecaster:
         self._event(t, "epoch_start")
         if self.meters["startup"].done == 0:
             self.meters["startup"].close()
-        self._epoch_open_at = self.position
+        self._epoch_open_at = self._epoch_began_at = self.position
 
     def batch_start(self, t: float) -> None:
         self._event(t, "batch_start")
@@ -259,7 +266,7 @@ class RunForecaster:
             self._epoch_closed_at, self._epoch_open_at = self._epoch_open_at, None
         elif self.meters["startup"].done == 0:
             self.meters["startup"].close()
-        if self.before_step_one_s is None:
+        if self.position == self.schedule.start_batch:  # this fit's first batch (the total may be unknown)
             self.before_step_one_s = self.total_s(t)
 
     def batch_end(self, t: float) -> None:
@@ -292,6 +299,11 @@ class RunForecaster:
 
     def epoch_end(self, t: float) -> None:
         self._event(t, "epoch_end")
+        began, s = self._epoch_began_at, self.schedule
+        whole = began is not None and (began != s.start_batch or s.start_batch_in_epoch == 0)
+        if s.batches_per_epoch is None and self.relayout is not None and whole and self.position > began:
+            schedule, saves = self.relayout(self.position - began)
+            self.schedule, self.saves, self.relayout = schedule, tuple(sorted(saves)), None
 
     def train_end(self, t: float) -> None:
         self._event(t, "train_end")

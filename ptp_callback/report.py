@@ -69,6 +69,7 @@ def report_line(predicted: dict[str, Part], measured: dict[str, Part], actual_s:
             continue
         text = f"{label} {format_duration(spent)}"
         if expected is not None and kind not in ("ptp", "startup"):
-            text += f" (predicted {format_duration(expected)})"
+            # nothing foreseen (a loader without length, an unexpected save) is not "predicted 0us"
+            text += f" (predicted {format_duration(expected)})" if expected > 0 else " (not predicted)"
         shown.append(text)
     return head + (": " + ", ".join(shown) if shown else "")

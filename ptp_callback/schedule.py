@@ -123,6 +123,8 @@ class FitSchedule:
             accumulation window is incomplete (Lightning does, unless the strategy accumulates itself).
         epoch_starts: the position at which each epoch of this fit begins (``on_train_epoch_start``),
             ascending; the first is ``start_batch``. Empty when the fit is unbounded.
+        val_check_batch, check_val_every_n_epoch, start_epochs_counted: the settings the schedule
+            was built from, kept so that :meth:`with_epoch_length` can lay it out again.
     """
 
     batches_per_epoch: int | None
@@ -143,17 +145,39 @@ class FitSchedule:
     first_epoch_end: int | None = None
     step_on_epoch_end: bool = True
     epoch_starts: tuple[int, ...] = ()
+    val_check_batch: int | None = None
+    check_val_every_n_epoch: int | None = 1
+    start_epochs_counted: int = 0
 
     @property
     def start(self) -> FitStart:
-        """The layout's starting point (``epochs_counted`` is not kept: only ``max_epochs`` needed it)."""
+        """The layout's starting point."""
         return FitStart(
             position=self.start_batch,
             step=self.start_step,
             epoch=self.start_epoch,
+            epochs_counted=self.start_epochs_counted,
             batch_in_epoch=self.start_batch_in_epoch,
             first_epoch_end=self.first_epoch_end,
         )
+
+    def with_epoch_length(self, batches_per_epoch: int) -> FitSchedule:
+        """The same fit laid out with a known epoch length (a train iterable without ``len`` runs
+        epochs as long as its first one): same settings, same start.
+
+        >>> s = build_schedule(batches_per_epoch=None, max_epochs=3, max_steps=None,
+        ...                    val_check_batch=EPOCH_END, check_val_every_n_epoch=1, val_batches_per_run=2)
+        >>> s.total_batches is None
+        True
+        >>> s.with_epoch_length(10).total_batches, s.with_epoch_length(10).val_after_batches
+        (30, (10, 20, 30))
+        """
+        return build_schedule(
+            batches_per_epoch=batches_per_epoch, accumulate=self.accumulate, max_epochs=self.max_epochs,
+            max_steps=self.max_steps, val_check_batch=self.val_check_batch,
+            check_val_every_n_epoch=self.check_val_every_n_epoch, val_batches_per_run=self.val_batches_per_run,
+            val_every_s=self.val_every_s, sanity_batches=self.sanity_batches, max_time_s=self.max_time_s,
+            start=self.start, step_on_epoch_end=self.step_on_epoch_end)
 
     def remaining(self, batches_done: int, *, val_pending: bool = False) -> RemainingWork:
         """Work left after ``batches_done`` training batches (a position, so including ``start_batch``).
@@ -489,4 +513,7 @@ def build_schedule(
         first_epoch_end=start.first_epoch_end,
         step_on_epoch_end=step_on_epoch_end,
         epoch_starts=epoch_start_positions(batches_per_epoch, epochs, total_batches, start=start),
+        val_check_batch=val_check_batch,
+        check_val_every_n_epoch=check_val_every_n_epoch,
+        start_epochs_counted=start.epochs_counted,
     )

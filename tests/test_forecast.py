@@ -161,6 +161,34 @@ def test_an_unbounded_fit_has_no_eta():
     assert forecaster.remaining_s(0.0) is None and forecaster.total_s(0.0) is None
 
 
+def test_an_epoch_of_unknown_length_lays_out_the_fit_once_it_has_ended():
+    # the events of three 10-batch epochs, validated and saved at each end; the forecaster only
+    # knows that the train iterable has no length, until its first epoch ends
+    known = schedule_of(val_check_batch=EPOCH_END)
+    events = list(play(known, save_positions(known, CheckpointSettings()), Costs()))
+    fit_end = events[-1][0]
+    unsized = schedule_of(batches_per_epoch=None, val_check_batch=EPOCH_END)
+    assert unsized.total_batches is None
+
+    def relayout(batches: int):
+        schedule = unsized.with_epoch_length(batches)
+        return schedule, save_positions(schedule, CheckpointSettings())
+
+    forecaster = RunForecaster(unsized, saves=(), relayout=relayout)
+    forecaster.fit_start(0.0)
+    forecaster.set_plan(plan_of(Costs()), 0.0)
+    epochs_ended = 0
+    for t, name in events[1:]:
+        feed(forecaster, name, t)
+        epochs_ended += name == "epoch_end"
+        if epochs_ended == 0:
+            assert forecaster.remaining_s(t) is None, name
+        else:
+            assert forecaster.remaining_s(t) == pytest.approx(fit_end - t, abs=1e-9), (name, t)
+    assert forecaster.schedule.total_batches == 30 and forecaster.saves == (10, 20, 30)
+    assert forecaster.before_step_one_s is None
+
+
 def test_the_callbacks_own_work_is_charged_to_ptp():
     forecaster = RunForecaster(schedule_of(), RunPlan(train_batch_s=1.0))
     forecaster.fit_start(10.0)

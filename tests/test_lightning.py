@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import os
@@ -309,6 +310,40 @@ def test_max_time_alone_gives_an_eta():
     training, left = remaining.samples[len(remaining.samples) // 2]
     # the limit counts from training's start: what is left of it, plus the end, is the ETA
     assert left == pytest.approx(3.0 - training + callback.forecaster.plan.end_s, abs=0.05)
+
+
+class Stream(torch.utils.data.IterableDataset):
+    """Samples without a length (a streamed dataset): Lightning cannot say how long an epoch is."""
+
+    def __iter__(self):
+        generator = torch.Generator().manual_seed(0)
+        for _ in range(96):
+            yield torch.randn(16, generator=generator), torch.randint(0, 4, (), generator=generator)
+
+
+def test_a_train_iterable_without_length_gets_an_eta_from_its_first_epoch_on(tmp_path):
+    class Remaining(L.Callback):
+        def __init__(self) -> None:
+            self.by_epoch: dict[int, list[float | None]] = {}
+
+        def on_train_batch_end(self, trainer, *args):
+            self.by_epoch.setdefault(trainer.current_epoch, []).append(callback.remaining_s())
+
+    callback, remaining = PrecisionTimeCallback(refresh_s=0.0), Remaining()
+    t = L.Trainer(accelerator="cpu", max_epochs=3, logger=False, default_root_dir=str(tmp_path),
+                  enable_progress_bar=False, enable_model_summary=False, callbacks=[callback, remaining])
+    out = io.StringIO()
+    with contextlib.redirect_stderr(out), contextlib.redirect_stdout(out):
+        t.fit(Tiny(), DataLoader(Stream(), batch_size=8), DataLoader(Stream(), batch_size=8))
+    schedule = callback.forecaster.schedule
+    assert t.num_training_batches == float("inf")
+    # the first epoch ran 12 batches: the fit is three such epochs, validated and saved after each
+    assert (schedule.batches_per_epoch, schedule.total_batches, schedule.val_after_batches) == (12, 36, (12, 24, 36))
+    assert callback.forecaster.saves == (12, 24, 36)
+    assert all(left is None for left in remaining.by_epoch[0][:-1])
+    assert all(left is not None and left > 0 for left in remaining.by_epoch[1] + remaining.by_epoch[2])
+    assert "predicted before step one" not in out.getvalue()  # nothing was predicted before step one
+    assert "train" in callback.summary and "(predicted 0" not in callback.summary
 
 
 def test_the_core_never_imports_the_frameworks():
