@@ -379,7 +379,7 @@ class RunForecaster:
         ends = self._sanity_val_ends[max(0, plan.sanity_loader_workers - 1):]
         if plan.sanity_calibrates and len(ends) >= 2:
             measured = min(b - a for a, b in zip(ends, ends[1:]))  # the first batch pays the loader's start
-            extra = max(0.0, measured - plan.val_batch_s)
+            extra = max(-plan.loop_s, measured - plan.val_batch_s)  # measured loop work replaces the estimate
             plan = replace(plan, train_batch_s=plan.train_batch_s + extra, val_batch_s=measured)
         if plan.warmup_per_sanity_excess and plan.sanity_s:
             excess = max(0.0, sanity_s - (plan.sanity_s - plan.sanity_warmup_s))

@@ -81,6 +81,18 @@ CPU_HOST = replace(H100_HOST, loop_s=0.0, val_loop_s=0.0, input_bytes_per_s=floa
                    copy_bytes_per_s=float("inf"), end_s=0.05, source="defaults for a CPU host")
 
 
+def cpu_host(host_speed: float) -> HostCosts:
+    """:data:`CPU_HOST` with the loop's per-batch work of the H100 host scaled by ``host_speed``:
+    this host's time per small op over the H100 host's (the probe measures it). A fit whose sanity
+    check runs replaces the estimate by what its batches measure; one without (no validation, or
+    ``num_sanity_val_steps=0``) would otherwise count no loop work at all, and on a CPU that work
+    (hooks, logging, the progress bar: 1-4 ms a batch on a 2-core machine) can be most of a small
+    model's batch."""
+    loop = H100_HOST.loop_s * host_speed
+    return replace(CPU_HOST, loop_s=loop, val_loop_s=loop,
+                   source=f"defaults for a CPU host, the loop's work scaled by its per-op time ({host_speed:.2f}x)")
+
+
 def probe_host(
     base: HostCosts,
     *,

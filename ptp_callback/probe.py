@@ -270,7 +270,7 @@ def cpu_coefficients(result: ProbeResult) -> CostCoefficients:
         compute_eff={"conv_dw": 0.2},
         source=f"CPU probe: {result.device_name}",
         extra={**base.extra, "host_scale": 1.0, "gemm_model": "roofline", "gemm_half_rate_dim": half_dim,
-               "synchronous": True, "cache_bytes": 4e6, "cache_bw_gbs": max(result.cache_copy_gbps, result.copy_gbps)},
+               "synchronous": True, "small_op_s": result.small_op_s, "cache_bytes": 4e6, "cache_bw_gbs": max(result.cache_copy_gbps, result.copy_gbps)},
     )
 
 

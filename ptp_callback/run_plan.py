@@ -52,7 +52,7 @@ class RunPlan:
     Refinements the forecaster applies before step one: ``sanity_calibrates`` -- the sanity
     check's steady batches measure the loop's per-batch work (on a CPU, where no GPU warm-up hides
     it), from the last of the validation loader's ``sanity_loader_workers`` workers' first batch on
-    (gaps before it time the workers' start); ``warmup_per_sanity_excess`` -- on a GPU, what the
+    (gaps before it time the workers' start), in place of the ``loop_s`` estimated in ``train_batch_s``; ``warmup_per_sanity_excess`` -- on a GPU, what the
     sanity check took beyond its predicted batches is the first use of the forward's kernels, and
     the first training step uses about that many times more new kernels (the backward's data and
     weight gradients, the optimizer).
@@ -73,6 +73,7 @@ class RunPlan:
     sanity_calibrates: bool = False
     sanity_loader_workers: int = 0
     warmup_per_sanity_excess: float = 0.0
+    loop_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -166,6 +167,7 @@ def plan_run(
         sanity_calibrates=sanity_calibrates,
         sanity_loader_workers=max(0, val_loader.num_workers),
         warmup_per_sanity_excess=TRAIN_KERNELS_PER_FORWARD_KERNEL if on_gpu else 0.0,
+        loop_s=host.loop_s,
     )
 
 

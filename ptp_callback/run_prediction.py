@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .coefficients import CostCoefficients
+from .coefficients import CostCoefficients, coefficients_for
 from .devices import DeviceSpec
-from .host_costs import CPU_HOST, H100_HOST, HostCosts, probe_host
+from .host_costs import CPU_HOST, H100_HOST, HostCosts, cpu_host, probe_host
 from .precision import PrecisionSpec
 from .predict import StepPrediction, simulate
 from .run_plan import LoaderFacts, RunPlan, StepCosts, plan_run
@@ -77,6 +77,7 @@ def predict_run(
     communication: Callable[[StepPrediction, DeviceSpec], float] | None = None,
     loader_started_before_first_epoch: bool = False,
     model_to_cpu_at_end: bool = False,
+    framework_loop: bool = False,
     extra_key: str = "",
 ) -> RunPrediction:
     """Predict a run before its first step (see the module doc).
@@ -85,7 +86,8 @@ def predict_run(
     costs are probed when it is the predicted one). ``communication(step, device)`` gives the
     seconds of gradient communication one optimizer step adds (data-parallel training).
     ``extra_key`` is what else the step's trace depends on (a framework's step method, for the
-    trace cache).
+    trace cache). ``framework_loop``: a framework's loop (Lightning's hooks, logging, progress bar)
+    runs each batch, whose own work a CPU host estimates from its per-op time (:func:`cpu_host`).
     """
     spec, coef = resolve_device(device)
     target_type = "cpu" if spec.arch == "cpu" else "cuda"
@@ -102,7 +104,7 @@ def predict_run(
         cached = cached and val_cached
     trace_s = time.perf_counter() - started
     if host is None:
-        base = H100_HOST if on_gpu else CPU_HOST
+        base = H100_HOST if on_gpu else _cpu_host(coef) if framework_loop else CPU_HOST
         if run_device is not None and (run_device.type == "cuda") == on_gpu:  # training runs here: measure it
             host = probe_host(base, checkpoint_dir=checkpoint.directory if checkpoint else None,
                               num_workers=max(train_loader.num_workers, val_loader.num_workers), device=run_device)
@@ -121,6 +123,13 @@ def predict_run(
                     sanity_calibrates=not on_gpu)
     return RunPrediction(trace, step, val_step, plan, spec, coef, host, checkpoint_bytes, 0.0 if cached else trace_s,
                          cached, list(trace.notes))
+
+
+def _cpu_host(coef: CostCoefficients) -> HostCosts:
+    """A CPU host's costs, its loop work scaled by the probe's per-op time against the H100 host's."""
+    small_op_s = coef.extra.get("small_op_s")
+    reference = coefficients_for("hopper").extra.get("reference_small_op_s")
+    return cpu_host(small_op_s / reference) if small_op_s and reference else CPU_HOST
 
 
 def advice_cost_s(prediction: RunPrediction) -> float:

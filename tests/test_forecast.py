@@ -286,6 +286,22 @@ def test_sanity_check_batches_measure_the_loops_own_work_on_a_cpu():
     assert forecaster.plan.val_batch_s == pytest.approx(0.3)
 
 
+@pytest.mark.parametrize("estimate", [0.05, 0.15])
+def test_the_sanity_checks_loop_work_replaces_the_estimate_either_way(estimate):
+    # A CPU plan counts an estimated 0.05 or 0.15 s of loop work in each batch (0.1 s of compute in
+    # a training batch, 0.1 s in a validation one); the sanity check measures 0.2 s a validation
+    # batch, so the loop takes 0.1 s, and a training batch 0.2 s, whichever the estimate was.
+    plan = RunPlan(train_batch_s=0.1 + estimate, val_batch_s=0.1 + estimate, sanity_s=1.0, sanity_calibrates=True,
+                   loop_s=estimate)
+    forecaster = RunForecaster(schedule_of(val_batches_per_run=0, val_check_batch=None), plan)
+    forecaster.fit_start(0.0)
+    forecaster.sanity_start(0.0)
+    for t in (0.9, 1.1):
+        forecaster.val_batch_end(t)
+    forecaster.sanity_end(1.1)
+    assert forecaster.plan.train_batch_s == pytest.approx(0.2)
+
+
 def test_sanity_batches_from_workers_just_started_do_not_calibrate():
     # Lightning's default two sanity batches from a loader with two workers: each worker's first
     # batch, so the gap between them times the workers' start, not the loop.

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from ptp_callback.host_costs import CPU_HOST, H100_HOST, probe_host
+from ptp_callback.host_costs import CPU_HOST, H100_HOST, cpu_host, probe_host
 
 
 @pytest.fixture
@@ -36,3 +36,11 @@ def test_a_second_probe_reads_the_cache(tmp_path, cache):
 def test_without_workers_or_checkpoints_nothing_is_probed(cache):
     assert probe_host(H100_HOST).loader_start_s == H100_HOST.loader_start_s
     assert not cache.exists()
+
+
+def test_a_cpu_hosts_loop_work_scales_with_its_time_per_op():
+    # a host twice as slow per op as the H100 host spends twice its loop work per batch
+    slow = cpu_host(2.0)
+    assert slow.loop_s == slow.val_loop_s == pytest.approx(2 * H100_HOST.loop_s)
+    assert (slow.loader_start_s, slow.end_s, slow.input_bytes_per_s) == (
+        CPU_HOST.loader_start_s, CPU_HOST.end_s, CPU_HOST.input_bytes_per_s)
