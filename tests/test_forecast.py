@@ -274,14 +274,21 @@ def test_later_saves_cost_what_the_first_measured_plus_what_the_plan_says_they_a
     assert forecaster.parts(t)["save"].left_s == pytest.approx(2 * (4.0 + 0.5))
 
 
-def test_sanity_check_batches_measure_the_loops_own_work_on_a_cpu():
-    plan = RunPlan(train_batch_s=1.0, val_batch_s=0.2, sanity_s=1.0, sanity_calibrates=True)
+def after_sanity(plan: RunPlan, batch_ends: tuple[float, ...]) -> RunForecaster:
+    """A forecaster whose sanity check started at 0 and whose validation batches ended at ``batch_ends``."""
     forecaster = RunForecaster(schedule_of(val_batches_per_run=0, val_check_batch=None), plan)
     forecaster.fit_start(0.0)
     forecaster.sanity_start(0.0)
-    for t in (0.9, 1.2):  # the first batch pays the loader's start; the second takes 0.3 s, not 0.2
+    for t in batch_ends:
         forecaster.val_batch_end(t)
-    forecaster.sanity_end(1.2)
+    forecaster.sanity_end(batch_ends[-1])
+    return forecaster
+
+
+def test_sanity_check_batches_measure_the_loops_own_work_on_a_cpu():
+    plan = RunPlan(train_batch_s=1.0, val_batch_s=0.2, sanity_s=1.0, sanity_calibrates=True)
+    # the first batch pays the loader's start; the second takes 0.3 s, not 0.2
+    forecaster = after_sanity(plan, (0.9, 1.2))
     assert forecaster.plan.train_batch_s == pytest.approx(1.1)
     assert forecaster.plan.val_batch_s == pytest.approx(0.3)
 
@@ -293,12 +300,7 @@ def test_the_sanity_checks_loop_work_replaces_the_estimate_either_way(estimate):
     # batch, so the loop takes 0.1 s, and a training batch 0.2 s, whichever the estimate was.
     plan = RunPlan(train_batch_s=0.1 + estimate, val_batch_s=0.1 + estimate, sanity_s=1.0, sanity_calibrates=True,
                    loop_s=estimate)
-    forecaster = RunForecaster(schedule_of(val_batches_per_run=0, val_check_batch=None), plan)
-    forecaster.fit_start(0.0)
-    forecaster.sanity_start(0.0)
-    for t in (0.9, 1.1):
-        forecaster.val_batch_end(t)
-    forecaster.sanity_end(1.1)
+    forecaster = after_sanity(plan, (0.9, 1.1))
     assert forecaster.plan.train_batch_s == pytest.approx(0.2)
 
 
@@ -306,19 +308,10 @@ def test_sanity_batches_from_workers_just_started_do_not_calibrate():
     # Lightning's default two sanity batches from a loader with two workers: each worker's first
     # batch, so the gap between them times the workers' start, not the loop.
     plan = RunPlan(train_batch_s=1.0, val_batch_s=0.2, sanity_s=1.0, sanity_calibrates=True, sanity_loader_workers=2)
-    forecaster = RunForecaster(schedule_of(val_batches_per_run=0, val_check_batch=None), plan)
-    forecaster.fit_start(0.0)
-    forecaster.sanity_start(0.0)
-    for t in (0.9, 1.6):
-        forecaster.val_batch_end(t)
-    forecaster.sanity_end(1.6)
+    forecaster = after_sanity(plan, (0.9, 1.6))
     assert forecaster.plan.train_batch_s == pytest.approx(1.0)
-    forecaster = RunForecaster(schedule_of(val_batches_per_run=0, val_check_batch=None), plan)
-    forecaster.fit_start(0.0)
-    forecaster.sanity_start(0.0)
-    for t in (0.9, 1.6, 1.8, 2.05):  # after both workers' first batches: 0.2 and 0.25 s apart
-        forecaster.val_batch_end(t)
-    forecaster.sanity_end(2.05)
+    # after both workers' first batches: 0.2 and 0.25 s apart
+    forecaster = after_sanity(plan, (0.9, 1.6, 1.8, 2.05))
     assert forecaster.plan.train_batch_s == pytest.approx(1.0)
     assert forecaster.plan.val_batch_s == pytest.approx(0.2)
 
