@@ -212,7 +212,6 @@ class RunForecaster:
         self._save_open = False
         self._epoch_open_at: int | None = None
         self._epoch_closed_at = -1
-        self._epoch_began_at: int | None = None  # position at the running epoch's start
         self._sanity_val_ends: list[float] = []
         self._prior: dict[str, float] = {}  # unit costs measured by an earlier run (resume)
         self._own_pending = 0.0  # the callback's own seconds inside the interval now running
@@ -257,7 +256,7 @@ class RunForecaster:
         self._event(t, "epoch_start")
         if self.meters["startup"].done == 0:
             self.meters["startup"].close()
-        self._epoch_open_at = self._epoch_began_at = self.position
+        self._epoch_open_at = self.position
 
     def batch_start(self, t: float) -> None:
         self._event(t, "batch_start")
@@ -299,8 +298,9 @@ class RunForecaster:
 
     def epoch_end(self, t: float) -> None:
         self._event(t, "epoch_end")
-        began, s = self._epoch_began_at, self.schedule
-        whole = began is not None and (began != s.start_batch or s.start_batch_in_epoch == 0)
+        s = self.schedule
+        began = self._epoch_open_at if self._epoch_open_at is not None else self._epoch_closed_at  # its first position
+        whole = began >= 0 and (began != s.start_batch or s.start_batch_in_epoch == 0)
         if s.batches_per_epoch is None and self.relayout is not None and whole and self.position > began:
             schedule, saves = self.relayout(self.position - began)
             self.schedule, self.saves, self.relayout = schedule, tuple(sorted(saves)), None

@@ -270,8 +270,15 @@ def cpu_coefficients(result: ProbeResult) -> CostCoefficients:
         compute_eff={"conv_dw": 0.2},
         source=f"CPU probe: {result.device_name}",
         extra={**base.extra, "host_scale": 1.0, "gemm_model": "roofline", "gemm_half_rate_dim": half_dim,
-               "synchronous": True, "small_op_s": result.small_op_s, "cache_bytes": 4e6, "cache_bw_gbs": max(result.cache_copy_gbps, result.copy_gbps)},
+               "synchronous": True, "host_speed": host_speed(result.small_op_s, base), "cache_bytes": 4e6,
+               "cache_bw_gbs": max(result.cache_copy_gbps, result.copy_gbps)},
     )
+
+
+def host_speed(small_op_s: float, coef: CostCoefficients) -> float:
+    """This host's time per small op over that of the host ``coef`` was fitted on (its
+    ``reference_small_op_s``): how much slower its per-op and per-batch host work runs."""
+    return small_op_s / coef.extra.get("reference_small_op_s", 10.85e-6)
 
 
 def refine_with_probe(spec: DeviceSpec, coef: CostCoefficients, result: ProbeResult) -> tuple[DeviceSpec, CostCoefficients]:
@@ -296,8 +303,7 @@ def refine_with_probe(spec: DeviceSpec, coef: CostCoefficients, result: ProbeRes
     refined = replace(spec, peak_tflops=peaks,
                       memory_bw_gbs=result.copy_gbps / coef.memory_efficiency("elementwise", "fp32"),
                       sources=spec.sources + (f"refined by a probe on {result.device_name}",))
-    reference = coef.extra.get("reference_small_op_s", 10.85e-6)
-    host = result.small_op_s / reference
+    host = host_speed(result.small_op_s, coef)
     tuned = replace(coef, host_op_s={k: v * host for k, v in coef.host_op_s.items()},
                     host_module_s=coef.host_module_s * host, host_view_s=coef.host_view_s * host,
                     host_step_s=coef.host_step_s * host,

@@ -47,15 +47,15 @@ class RunPlan:
     save (``first_save_s`` the first, when it differs: later saves also delete the checkpoint they
     replace); ``sanity_s`` the sanity check, of which ``sanity_warmup_s`` is GPU warm-up;
     ``warmup_s`` what the first training batches take beyond steady ones; ``end_s`` the teardown
-    after the last batch.
+    after the last batch; ``loop_s`` the training loop's own work that ``train_batch_s`` counts.
 
     Refinements the forecaster applies before step one: ``sanity_calibrates`` -- the sanity
     check's steady batches measure the loop's per-batch work (on a CPU, where no GPU warm-up hides
     it), from the last of the validation loader's ``sanity_loader_workers`` workers' first batch on
-    (gaps before it time the workers' start), in place of the ``loop_s`` estimated in ``train_batch_s``; ``warmup_per_sanity_excess`` -- on a GPU, what the
-    sanity check took beyond its predicted batches is the first use of the forward's kernels, and
-    the first training step uses about that many times more new kernels (the backward's data and
-    weight gradients, the optimizer).
+    (gaps before it time the workers' start), in place of ``loop_s``; ``warmup_per_sanity_excess``
+    -- on a GPU, what the sanity check took beyond its predicted batches is the first use of the
+    forward's kernels, and the first training step uses about that many times more new kernels
+    (the backward's data and weight gradients, the optimizer).
     """
 
     train_batch_s: float

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .coefficients import CostCoefficients, coefficients_for
+from .coefficients import CostCoefficients
 from .devices import DeviceSpec
 from .host_costs import CPU_HOST, H100_HOST, HostCosts, cpu_host, probe_host
 from .precision import PrecisionSpec
@@ -104,7 +104,9 @@ def predict_run(
         cached = cached and val_cached
     trace_s = time.perf_counter() - started
     if host is None:
-        base = H100_HOST if on_gpu else _cpu_host(coef) if framework_loop else CPU_HOST
+        base = H100_HOST if on_gpu else CPU_HOST
+        if not on_gpu and framework_loop and "host_speed" in coef.extra:  # a probed CPU
+            base = cpu_host(coef.extra["host_speed"])
         if run_device is not None and (run_device.type == "cuda") == on_gpu:  # training runs here: measure it
             host = probe_host(base, checkpoint_dir=checkpoint.directory if checkpoint else None,
                               num_workers=max(train_loader.num_workers, val_loader.num_workers), device=run_device)
@@ -123,13 +125,6 @@ def predict_run(
                     sanity_calibrates=not on_gpu)
     return RunPrediction(trace, step, val_step, plan, spec, coef, host, checkpoint_bytes, 0.0 if cached else trace_s,
                          cached, list(trace.notes))
-
-
-def _cpu_host(coef: CostCoefficients) -> HostCosts:
-    """A CPU host's costs, its loop work scaled by the probe's per-op time against the H100 host's."""
-    small_op_s = coef.extra.get("small_op_s")
-    reference = coefficients_for("hopper").extra.get("reference_small_op_s")
-    return cpu_host(small_op_s / reference) if small_op_s and reference else CPU_HOST
 
 
 def advice_cost_s(prediction: RunPrediction) -> float:
