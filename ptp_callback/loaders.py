@@ -57,7 +57,8 @@ def example_batch(loader: Any, transform: Callable[[Any], Any] | None = None) ->
     """One batch shaped like the loader's, and the seconds it took to build (its items and collate).
 
     A map-style dataset with a batch size gives its first items collated directly; anything else
-    (an iterable dataset, a batch sampler) is read from a fresh iterator. ``transform`` applies the
+    (an iterable dataset, a batch sampler) is read from a fresh iterator; a one-shot iterator (a
+    generator) is never read: that batch would be missing from the loop. ``transform`` applies the
     framework's own batch hooks. Every generator's state is restored afterwards.
     """
     with rng_preserved():
@@ -67,6 +68,9 @@ def example_batch(loader: Any, transform: Callable[[Any], Any] | None = None) ->
         if batch_size and hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__") and len(dataset):
             items = [dataset[i] for i in range(min(batch_size, len(dataset)))]
             batch = loader.collate_fn(items)
+        elif isinstance(loader, Iterator):  # not `iter(loader) is loader`: that starts a DataLoader's workers
+            raise ValueError(f"the loader is a one-shot iterator ({type(loader).__name__}): a batch read from it "
+                             "would be missing from your loop; pass the DataLoader (or anything iterable again)")
         else:
             batch = next(iter(loader))
         seconds = time.perf_counter() - started

@@ -15,7 +15,9 @@ first step (one training step of the real model traced under the run's precision
 costs) and returns the :class:`~ptp_callback.tracker.RunTracker` that times it.
 
 Limits: the length comes from ``epochs`` x ``len(train_loader)`` or ``max_steps`` (a loop that stops
-early -- early stopping, a time budget -- ends sooner than the ETA says). A run resumed from a
+early -- early stopping, a time budget -- ends sooner than the ETA says). A train loader without
+``len()`` (an ``IterableDataset``) and ``epochs`` gets its ETA once ``tracker.iterate`` has seen
+the first epoch end: later epochs are taken to be as long. A run resumed from a
 checkpoint continues right after the batch it saved at, as Accelerate's ``skip_first_batches``
 does. Only the local main process predicts, shows the bar and prints.
 """
@@ -72,7 +74,8 @@ def track(
         optimizer: its optimizer (class and hyperparameters are traced), a factory ``params ->
             optimizer``, or ``None`` for AdamW defaults.
         train_loader: the training DataLoader (its length sets the epoch; one batch is built, from the
-            dataset, without touching your iterator or random state).
+            dataset, without touching your iterator or random state; a one-shot iterator such as a
+            generator is not read, and the ETA then uses measured batches only).
         step_fn: ``step_fn(model, batch) -> loss`` (default: ``model(*batch)`` or ``model(**batch)``
             and its ``.loss``).
         epochs, max_steps: the run's length (``max_steps`` counts optimizer steps); one is needed.
@@ -97,13 +100,10 @@ def track(
     _check_arguments(model, optimizer, epochs, max_steps, advise, eval_every, save_every)
     settings = _LoopSettings.read(model, accelerator, precision, accumulate, device)
     loader_len = _length(train_loader)
-    if loader_len is None and max_steps is None:
-        raise ValueError("ptp.track(...): the run's length is unknown: the train_loader has no len(); "
-                         "pass max_steps=...")
     if eval_every is None and eval_loader is not None:
         eval_every = "epoch"
     shape = LoopShape(batches_per_epoch=loader_len, accumulate=settings.accumulate,
-                      epochs=epochs if loader_len is not None else None, max_steps=max_steps,
+                      epochs=epochs, max_steps=max_steps,
                       eval_every=eval_every, eval_batches=_length(eval_loader), save_every=save_every)
     schedule, saves = shape.schedule()
     tracker = RunTracker(schedule, saves=saves, precision_label=settings.label, shape=shape,

@@ -143,7 +143,7 @@ class RunTracker:
         self.advice_as_warning, self.warmup_batches = advice_as_warning, warmup_batches
         self.refresh_s, self.clock = refresh_s, clock
         self.unit = "batch"
-        self.forecaster = RunForecaster(schedule, saves=saves, warmup_batches=warmup_batches)
+        self.forecaster = self._new_forecaster(schedule, saves)
         self.prediction: RunPrediction | None = None
         self.inputs: TraceInputs | None = None
         self._extra_key = ""
@@ -347,6 +347,10 @@ class RunTracker:
             self.forecaster.epoch_end(self.clock())
             self._epochs_done += 1
             self._in_epoch = None
+            total = self.forecaster.schedule.total_batches
+            if self._bar is not None and self._bar.total != total:  # the epoch's length is known now
+                self._bar.total = total
+                self._bar.refresh()
         except Exception as exc:  # noqa: BLE001
             self._fail("timing the epoch", exc)
 
@@ -361,6 +365,10 @@ class RunTracker:
             if not self._started:
                 self.begin_training()
             forecaster = self.forecaster
+            if forecaster.schedule.total_batches is None:
+                self.warn_once("no-length", "the run's length is unknown (a train loader without len() and no "
+                                            "max_steps): no ETA; pass max_steps=, or loop with "
+                                            "tracker.iterate(loader) so that an epoch's end is seen")
             self._check_length()
             now = self.clock()
             if forecaster.batches.seen == 0 and not self._batch_open:
@@ -415,13 +423,14 @@ class RunTracker:
         if self._batch_open and self.unit == "batch":
             self._batch_ended()  # an evaluation or save inside the loop's body follows its batch
         schedule, forecaster = self.forecaster.schedule, self.forecaster
+        told = self.shape is not None and (self.shape.eval_every if kind == "eval" else self.shape.save_every)
         if kind == "eval":
-            if not schedule.val_after_batches:
+            if not schedule.val_after_batches and not told:
                 self.warn_once("eval-unannounced", "an evaluation ran that the tracker was not told of; the ETA "
                                                "counts no later ones: pass eval_every= (steps or 'epoch')")
             forecaster.val_start(now)
         else:
-            if not forecaster.saves:
+            if not forecaster.saves and not told:
                 self.warn_once("save-unannounced", "a checkpoint save ran that the tracker was not told of; the ETA "
                                                "counts no later ones: pass save_every= (steps or 'epoch')")
             forecaster.save_start(now)
@@ -550,16 +559,30 @@ class RunTracker:
             self.unit = unit
             return
         schedule, saves = self.shape.schedule(start, unit)
-        old = self.forecaster
-        forecaster = RunForecaster(schedule, saves=saves, warmup_batches=self.warmup_batches)
+        old, old_unit = self.forecaster, self.unit
+        self.unit = unit
+        forecaster = self._new_forecaster(schedule, saves)
         for name, value in self._early:
             getattr(forecaster, name)(value)
         plan = old.plan
-        if plan is not None and unit == "step" and self.unit == "batch":
+        if plan is not None and unit == "step" and old_unit == "batch":
             plan = replace(plan, train_batch_s=plan.train_batch_s * self.shape.accumulate)  # a step's micro-batches
-        self.forecaster, self.unit = forecaster, unit
+        self.forecaster = forecaster
         if plan is not None:
             forecaster.set_plan(plan, self.clock())
+
+    def _new_forecaster(self, schedule: FitSchedule, saves: tuple[int, ...]) -> RunForecaster:
+        # A loader without len(): only iterate() sees where an epoch ends (step() sees no epochs).
+        unsized = self.shape is not None and self.shape.batches_per_epoch is None and self.unit == "batch"
+        return RunForecaster(schedule, saves=saves, warmup_batches=self.warmup_batches,
+                             relayout=self._relayout if unsized else None)
+
+    def _relayout(self, batches_per_epoch: int) -> tuple[FitSchedule, tuple[int, ...]]:
+        """The run laid out again with epochs as long as the first whole one (a loader without
+        ``len()``): its evaluations and saves every epoch or every ``n`` steps included."""
+        assert self.shape is not None
+        self.shape = replace(self.shape, batches_per_epoch=batches_per_epoch)
+        return self.shape.schedule(self.forecaster.schedule.start, self.unit)
 
 
 # --------------------------------------------------------------------------------------- helpers

@@ -104,6 +104,80 @@ def test_a_loop_longer_than_it_said_gets_one_warning():
     assert tracker.forecaster.position == 20 and tracker.active
 
 
+def test_a_loader_without_length_gets_the_whole_run_laid_out_when_its_first_epoch_ends():
+    def run(batches_per_epoch: int | None) -> tuple[RunTracker, list[float | None]]:
+        clock = Clock()
+        tracker = virtual_tracker(clock, batches_per_epoch=batches_per_epoch, epochs=3, eval_batches=2)
+        left = []
+        for _ in range(3):
+            for _ in tracker.iterate(iter(range(10))):
+                clock.t += 1.0
+                left.append(tracker.remaining_s())
+            with tracker.phase("eval"):
+                clock.t += 3.0
+            with tracker.phase("save"):
+                clock.t += 2.0
+        tracker.close()
+        return tracker, left
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PtpWarning)  # evaluations and saves were announced: no warning
+        unsized, left = run(None)
+    _, told = run(10)
+    schedule = unsized.forecaster.schedule
+    assert (schedule.total_batches, schedule.val_after_batches, unsized.forecaster.saves) == (30, (10, 20, 30),
+                                                                                            (10, 20, 30))
+    assert unsized.shape.batches_per_epoch == 10
+    assert all(x is None for x in left[:10])  # the first epoch's length is unknown until it ends
+    assert left[10:] == told[10:]  # then the ETA is the one of a loop that said its length
+    assert left[10] == pytest.approx(told[10]) and told[10] > 19 + 2 * 3.0 + 2 * 2.0  # 19 batches, 2 evals, 2 saves
+
+
+def test_a_plain_loop_over_an_iterable_dataset_gets_an_eta_from_its_second_epoch_on():
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            generator = torch.Generator().manual_seed(0)
+            for _ in range(48):
+                yield torch.randn(16, generator=generator), torch.randint(0, 4, (), generator=generator)
+
+    model, _ = model_and_loader()
+    loader = DataLoader(Stream(), batch_size=8)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    tracker = ptp.track(model, optimizer, loader, step, epochs=3, advise=False, bar=False, verbose=False)
+    assert tracker.prediction is not None and tracker.forecaster.schedule.total_batches is None
+    shown = []
+    for _ in range(3):
+        for batch in tracker.iterate(loader):
+            step(model, batch).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            shown.append(tracker.remaining_s())
+    tracker.close()
+    assert tracker.forecaster.schedule.total_batches == 18 and tracker.forecaster.position == 18
+    assert shown[5] is None and all(x is not None for x in shown[6:]) and shown[6] > shown[-1] >= 0.0
+
+
+def test_a_one_shot_iterator_is_never_read_for_the_prediction():
+    model, loader = model_and_loader()
+    batches = (b for b in loader)
+    with pytest.warns(PtpWarning, match=r"could not build an example batch \(ValueError: the loader is a one-shot "
+                                        r"iterator \(generator\)"):
+        tracker = ptp.track(model, None, batches, step, epochs=1, bar=False, verbose=False)
+    assert len(list(tracker.iterate(batches))) == len(loader)  # not one batch missing
+    tracker.close()
+    assert tracker.forecaster.schedule.total_batches == len(loader)
+
+
+def test_a_loop_that_pulls_its_own_batches_from_a_loader_without_length_is_told_to_give_max_steps():
+    clock = Clock()
+    tracker = virtual_tracker(clock, batches_per_epoch=None, epochs=2, eval_every=None, save_every=None)
+    with pytest.warns(PtpWarning, match=r"the run's length is unknown .* pass max_steps="):
+        for _ in range(3):
+            clock.t += 1.0
+            tracker.step()
+    assert tracker.remaining_s() is None and tracker.active
+
+
 def test_step_counts_optimizer_steps_when_the_loop_pulls_its_own_batches():
     clock = Clock()
     tracker = virtual_tracker(clock, batches_per_epoch=12, accumulate=3, epochs=2, eval_every=None, save_every=None)
@@ -176,12 +250,11 @@ def step(model, batch):
     (lambda m, o, d: ptp.track(m.requires_grad_(False), o, d, step, epochs=1),
      "ptp.track(model=...): the model has no trainable parameters"),
     (lambda m, o, d: ptp.track(m, o, d, step), "pass epochs=... or max_steps=..."),
-    (lambda m, o, d: ptp.track(m, o, (b for b in d), step, epochs=2), "the train_loader has no len(); pass max_steps"),
     (lambda m, o, d: ptp.track(m, o, d, step, epochs=1, eval_every=0), "eval_every=0: expected a number of"),
     (lambda m, o, d: ptp.track(m, o, d, step, epochs=1, advise="yes"), "advise='yes': expected True, False"),
     (lambda m, o, d: ptp.track(m, o, d, step, epochs=1, accumulate=0), "accumulate=0: expected an integer"),
     (lambda m, o, d: ptp.track(m, o, d, step, epochs=1, precision="fp8"), "ptp.track(precision='fp8'): expected one"),
-], ids=["optimizer-string", "frozen", "no-length", "no-len-loader", "eval-every", "advise", "accumulate",
+], ids=["optimizer-string", "frozen", "no-length", "eval-every", "advise", "accumulate",
         "precision"])
 def test_bad_arguments_fail_at_once_in_one_line(call, message):
     model, loader = model_and_loader()
