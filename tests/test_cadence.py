@@ -51,11 +51,3 @@ def test_with_evaluations_sets_runs_and_their_batches():
     assert s.val_after_batches == (10, 20) and s.val_batches_per_run == 4
     assert s.remaining(0).val_batches == 8
     assert with_evaluations(schedule(), (), 4).val_batches_per_run == 0
-
-
-def test_the_module_examples():
-    import doctest
-
-    from ptp_callback import cadence
-
-    assert doctest.testmod(cadence).failed == 0

@@ -46,11 +46,3 @@ def test_an_unknown_name_is_one_line_with_a_did_you_mean(typed, suggestion):
 def test_nothing_close_gets_no_guess():
     with pytest.raises(UnknownDeviceError, match="'hopper' is not a known GPU; `ptp devices`"):
         resolve_device_name("hopper")
-
-
-def test_the_module_examples():
-    import doctest
-
-    from ptp_callback import device_names
-
-    assert doctest.testmod(device_names).failed == 0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import doctest
 import math
 
 import pytest
@@ -369,8 +368,3 @@ def test_reference_values():
     # V100 SXM2 16 GB and 32 GB share compute and bandwidth.
     v16, v32 = get_device("v100-sxm2-16gb"), get_device("v100-sxm2-32gb")
     assert v16.peak_tflops == v32.peak_tflops and v16.memory_bw_gbs == v32.memory_bw_gbs == 900
-
-
-def test_module_doctests():
-    result = doctest.testmod(devices, optionflags=doctest.ELLIPSIS)
-    assert result.failed == 0

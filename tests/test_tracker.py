@@ -360,11 +360,3 @@ def test_advice_as_a_warning():
                                     PrecisionSpec.from_setting("32-true", matmul_tf32=False), "h100-sxm",
                                     torch.device("cpu")))
     assert tracker.advice_text and tracker.advise is False  # given at the start: cheap beside a long run
-
-
-def test_the_module_examples():
-    import doctest
-
-    from ptp_callback import arguments, tracker
-
-    assert doctest.testmod(tracker).failed == 0 and doctest.testmod(arguments).failed == 0
