@@ -157,6 +157,7 @@ SPOT_CHECK_FASTER = 1.2
 # predicted): a slower spot check slows the cached rates for this process, by at most this factor.
 SLOWEST_NOW = 0.5
 _SPOT_SIZE = 256
+_SPOT_READINGS = 3
 _now: dict[str, ProbeResult] = {}  # per cache file: the result this process's spot check left
 
 
@@ -210,7 +211,10 @@ def _speed_now(cached: ProbeResult, device: torch.device) -> float:
         return 1.0  # a cache written by another version of the probe
     n = _SPOT_SIZE
     a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
-    return 2 * n**3 / _gemm_seconds(a, b, device) / 1e12 / rate
+    # The best of three readings: a process's first ones ran 10-25% slow on a 2-core VM (its
+    # threads waking up), and a fit runs warm.
+    seconds = min(_gemm_seconds(a, b, device) for _ in range(_SPOT_READINGS))
+    return 2 * n**3 / seconds / 1e12 / rate
 
 
 def at_speed(result: ProbeResult, speed: float) -> ProbeResult:
