@@ -145,13 +145,7 @@ def test_a_plain_loop_over_an_iterable_dataset_gets_an_eta_from_its_second_epoch
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     tracker = ptp.track(model, optimizer, loader, step, epochs=3, advise=False, bar=False, verbose=False)
     assert tracker.prediction is not None and tracker.forecaster.schedule.total_batches is None
-    shown = []
-    for _ in range(3):
-        for batch in tracker.iterate(loader):
-            step(model, batch).backward()
-            optimizer.step()
-            optimizer.zero_grad()
-            shown.append(tracker.remaining_s())
+    shown = train_and_read_the_eta(tracker, model, optimizer, loader, epochs=3)
     tracker.close()
     assert tracker.forecaster.schedule.total_batches == 18 and tracker.forecaster.position == 18
     assert shown[5] is None and all(x is not None for x in shown[6:]) and shown[6] > shown[-1] >= 0.0
@@ -244,6 +238,18 @@ def step(model, batch):
     return F.cross_entropy(model(batch[0]), batch[1])
 
 
+def train_and_read_the_eta(tracker, model, optimizer, loader, epochs):
+    """A plain loop through ``tracker.iterate``; the tracker's remaining seconds in every batch."""
+    remaining = []
+    for _ in range(epochs):
+        for batch in tracker.iterate(loader):
+            step(model, batch).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            remaining.append(tracker.remaining_s())
+    return remaining
+
+
 @pytest.mark.parametrize("call, message", [
     (lambda m, o, d: ptp.track(m, "adamw", d, step, epochs=1),
      "ptp.track(optimizer='adamw'): pass the optimizer object"),
@@ -294,13 +300,7 @@ def test_an_untraceable_model_trains_on_with_one_warning_and_a_measured_eta(capf
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         tracker = ptp.track(model, optimizer, loader, step, epochs=3, device="h100-sxm", bar=False)
-        remaining = []
-        for _ in range(3):
-            for batch in tracker.iterate(loader):
-                step(model, batch).backward()
-                optimizer.step()
-                optimizer.zero_grad()
-                remaining.append(tracker.remaining_s())
+        remaining = train_and_read_the_eta(tracker, model, optimizer, loader, epochs=3)
         tracker.close()
     ours = [w for w in caught if issubclass(w.category, PtpWarning)]
     assert len(ours) == 1 and "could not predict the run (TraceError" in str(ours[0].message)
