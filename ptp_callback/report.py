@@ -48,7 +48,13 @@ def plan_line(parts: dict[str, Part], total_s: float | None, precision: str, dev
         if seconds < 0.001 or (seconds < 0.05 and not (LABELS[kind][1] and part.left_count)):
             continue
         shown.append(f"{label} {format_duration(seconds)}{_amount(kind, part.left_count)}")
-    head = f"predicted {noun} {format_duration(total_s)} at {precision} on {device}"
+    if total_s is None:  # a train loader without len(): laid out once its first epoch has ended
+        train = parts.get("train")
+        if train is not None and train.unit_s:
+            shown.insert(0, f"train {format_duration(train.unit_s)} a batch")
+        head = f"predicted {noun} of unknown length at {precision} on {device}"
+    else:
+        head = f"predicted {noun} {format_duration(total_s)} at {precision} on {device}"
     return head + (": " + ", ".join(shown) if shown else "")
 
 

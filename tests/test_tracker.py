@@ -146,6 +146,7 @@ def test_a_plain_loop_over_an_iterable_dataset_gets_an_eta_from_its_second_epoch
     tracker = ptp.track(model, optimizer, loader, step, epochs=3, advise=False, bar=False, verbose=False)
     assert tracker.prediction is not None and tracker.forecaster.schedule.total_batches is None
     shown = train_and_read_the_eta(tracker, model, optimizer, loader, epochs=3)
+    assert re.match(r"predicted run of unknown length at 32-true on .*: train [\d.]+[mu]s a batch", tracker.plan_text)
     tracker.close()
     assert tracker.forecaster.schedule.total_batches == 18 and tracker.forecaster.position == 18
     assert shown[5] is None and all(x is not None for x in shown[6:]) and shown[6] > shown[-1] >= 0.0
