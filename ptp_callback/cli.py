@@ -190,6 +190,8 @@ def _probe(args: argparse.Namespace) -> int:
     for dtype, rates in result.gemm_tflops.items():
         print(f"  GEMM {dtype}: " + ", ".join(f"{n}^3 {r * 1e3:.1f} GFLOP/s" if "x" not in n
                                              else f"{n} {r * 1e3:.1f} GFLOP/s" for n, r in rates.items()))
+    if result.element_s:
+        print("  ns per element: " + ", ".join(f"{name} {s * 1e9:.2f}" for name, s in result.element_s.items()))
     return 0
 
 

@@ -24,7 +24,9 @@ broad shape grids (``benchmarks/fit_coefficients.py``), never on a model:
   over all time steps for the input projection and then one step after another: the recurrent
   GEMM of each step (never faster than a fixed per-step latency, which depends on whether
   cuDNN's persistent kernels run the layer), backward the same plus the weight-gradient GEMMs.
-* everything else: bytes over bandwidth at the class's efficiency, plus the class's latency.
+* everything else: bytes over bandwidth at the class's efficiency, plus the class's latency; on a
+  CPU never less than its elements at the probed time per element of that op, where the probe
+  measured one (random numbers, transcendental functions: ``probe.element_ops``).
 
 Plus a fixed floor per kernel.
 """
@@ -272,6 +274,30 @@ def recurrent_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) 
     return total * pick(coef.recurrent, ("scale", direction, family), 1.0) + setup
 
 
+def element_seconds(op: OpRecord, coef: CostCoefficients) -> float:
+    """The op's arithmetic where the device measured it per element (a CPU's random numbers and
+    transcendental functions, ``coef.extra["element_s"]``; 0 elsewhere): elements x seconds each.
+
+    >>> from dataclasses import replace
+    >>> from ptp_callback.coefficients import coefficients_for
+    >>> from ptp_callback.costs import OpCost
+    >>> from ptp_callback.tracer import OpRecord
+    >>> coef = coefficients_for("hopper")
+    >>> op = OpRecord("aten.bernoulli_.float", "forward", "", OpCost("elementwise", 0.0, 4e5, 1, "fp32"),
+    ...               in_shapes=((100, 1000),), out_shapes=((100, 1000),))
+    >>> element_seconds(op, coef), element_seconds(op, replace(coef, extra={"element_s": {"bernoulli_": 1e-8}}))
+    (0.0, 0.001)
+    """
+    rates = coef.extra.get("element_s")
+    if not rates:
+        return 0.0
+    parts = op.name.split(".")
+    rate = rates.get(parts[1] if len(parts) > 1 else op.name, 0.0)
+    if not rate:
+        return 0.0
+    return rate * max((math.prod(shape) for shape in op.in_shapes + op.out_shapes), default=0)
+
+
 def kernel_seconds(op: OpRecord, device: DeviceSpec, coef: CostCoefficients) -> float:
     """Device time of one op's kernels (0 for host-only ops)."""
     cost = op.cost
@@ -295,7 +321,7 @@ def kernel_seconds(op: OpRecord, device: DeviceSpec, coef: CostCoefficients) -> 
     if moved < coef.extra.get("cache_bytes", 0.0):
         bandwidth = coef.extra["cache_bw_gbs"] * 1e9  # a CPU: small tensors stay in its caches
     latency = pick(coef.latency_s, (cost.op_class, direction), 0.0)
-    seconds = moved / (bandwidth * efficiency)
+    seconds = max(moved / (bandwidth * efficiency), element_seconds(op, coef))
     if cost.op_class == "norm" and len(cost.dims) == 2:
         # One row per warp or block: many short rows take longer than their bytes.
         seconds = max(seconds, cost.dims[0] * pick(coef.latency_s, ("norm_row", direction), 0.0) / device.sm_count)

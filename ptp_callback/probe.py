@@ -18,7 +18,7 @@ import os
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
@@ -33,7 +33,9 @@ _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 @dataclass(frozen=True)
 class ProbeResult:
     """Measured rates of one device: ``gemm_tflops[dtype][size]``, copy GB/s (read + written),
-    host seconds per small op issued from Python, and per op of a tiny forward+backward."""
+    host seconds per small op issued from Python, and per op of a tiny forward+backward; on a CPU,
+    ``element_s``: seconds per element of the ops it computes slower than it moves their bytes
+    (random numbers, transcendental functions; :func:`element_ops`)."""
 
     device_name: str
     torch_version: str
@@ -44,6 +46,7 @@ class ProbeResult:
     autograd_op_s: float
     probe_s: float
     cache_copy_gbps: float = 0.0
+    element_s: dict[str, float] = field(default_factory=dict)
 
 
 def _device_name(device: torch.device) -> str:
@@ -63,7 +66,7 @@ def _device_name(device: torch.device) -> str:
 
 def _cache_path(device: torch.device) -> str:
     root = os.environ.get("PTP_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "ptp_callback")
-    key = hashlib.sha1(f"{_device_name(device)}|{torch.__version__}|v1".encode()).hexdigest()[:16]
+    key = hashlib.sha1(f"{_device_name(device)}|{torch.__version__}|v2".encode()).hexdigest()[:16]
     return os.path.join(root, f"probe-{device.type}-{key}.json")
 
 
@@ -144,8 +147,59 @@ def _measure(device: torch.device) -> ProbeResult:
             loss.backward()
 
     autograd_op_s = _timed(tiny_step, device, 3) / (50 * 6)
+    element_s = {}
+    if device.type == "cpu":
+        n = _ELEMENTS
+        element_s = {name: _timed(fn, device, 3) / n for name, fn in element_ops(n, device).items()}
     return ProbeResult(_device_name(device), torch.__version__, torch.get_num_threads(), gemm, copy_gbps,
-                       small_op_s, autograd_op_s, time.perf_counter() - started, cache_copy_gbps)
+                       small_op_s, autograd_op_s, time.perf_counter() - started, cache_copy_gbps, element_s)
+
+
+# 64K fp32 elements (256 KB): in the caches, so the time is the op's arithmetic, not its bytes.
+_ELEMENTS = 2**16
+# Ops that run the same arithmetic as a measured one (in-place forms, factories, sampling).
+ELEMENT_ALIASES: dict[str, str] = {
+    "bernoulli": "bernoulli_", "_fused_dropout": "native_dropout", "rand": "uniform_", "rand_like": "uniform_",
+    "randn": "normal_", "randn_like": "normal_", "exp_": "exp", "log_": "log", "tanh_": "tanh",
+    "sigmoid_": "sigmoid", "silu_": "silu", "elu_": "elu", "sin_": "sin", "cos_": "cos", "_safe_softmax": "_softmax",
+}
+
+
+def element_ops(n: int, device: torch.device) -> dict[str, Callable[[], object]]:
+    """The ops a CPU computes element by element slower than it moves their bytes, each over ``n``
+    fp32 elements (a multiple of 256, the softmax rows' length).
+
+    A CPU draws random numbers one by one (``bernoulli_``, behind dropout, took 11 ns an element on
+    a 2-core EPYC, 80 times a copy's 0.13) and evaluates transcendental functions in software
+    (``tanh`` 2.5 ns, ``exp`` 0.8). A GPU does both at its memory bandwidth."""
+    aten = torch.ops.aten
+    x = torch.randn(n, device=device)
+    grad, positive, out = torch.randn_like(x), x.abs() + 0.1, torch.empty_like(x)
+    rows, grad_rows = x.view(-1, 256), grad.view(-1, 256)
+    log_probs = torch.log_softmax(rows, -1)
+    return {
+        "bernoulli_": lambda: out.bernoulli_(0.9),
+        "native_dropout": lambda: aten.native_dropout(x, 0.1, True),
+        "uniform_": lambda: out.uniform_(),
+        "normal_": lambda: out.normal_(),
+        "exp": lambda: torch.exp(x, out=out),
+        "log": lambda: torch.log(positive, out=out),
+        "tanh": lambda: torch.tanh(x, out=out),
+        "sigmoid": lambda: torch.sigmoid(x, out=out),
+        "erf": lambda: torch.erf(x, out=out),
+        "sin": lambda: torch.sin(x, out=out),
+        "cos": lambda: torch.cos(x, out=out),
+        "gelu": lambda: aten.gelu(x),
+        "gelu_backward": lambda: aten.gelu_backward(grad, x),
+        "silu": lambda: aten.silu(x),
+        "silu_backward": lambda: aten.silu_backward(grad, x),
+        "elu": lambda: aten.elu(x),
+        "softplus": lambda: aten.softplus(x),
+        "mish": lambda: aten.mish(x),
+        "_softmax": lambda: aten._softmax(rows, -1, False),
+        "_log_softmax": lambda: aten._log_softmax(rows, -1, False),
+        "_log_softmax_backward_data": lambda: aten._log_softmax_backward_data(grad_rows, log_probs, -1, torch.float32),
+    }
 
 
 # A cached probe whose GEMM rate is this much below a fresh spot check was taken while the
@@ -235,7 +289,8 @@ def at_speed(result: ProbeResult, speed: float) -> ProbeResult:
     return replace(result, gemm_tflops={k: {size: rate * speed for size, rate in rates.items()}
                                         for k, rates in result.gemm_tflops.items()},
                    copy_gbps=result.copy_gbps * speed, cache_copy_gbps=result.cache_copy_gbps * speed,
-                   small_op_s=result.small_op_s / speed, autograd_op_s=result.autograd_op_s / speed)
+                   small_op_s=result.small_op_s / speed, autograd_op_s=result.autograd_op_s / speed,
+                   element_s={name: s / speed for name, s in result.element_s.items()})
 
 
 def _best_of(old: ProbeResult, new: ProbeResult) -> ProbeResult:
@@ -245,7 +300,8 @@ def _best_of(old: ProbeResult, new: ProbeResult) -> ProbeResult:
     return replace(new, gemm_tflops=gemm, copy_gbps=max(old.copy_gbps, new.copy_gbps),
                    cache_copy_gbps=max(old.cache_copy_gbps, new.cache_copy_gbps),
                    small_op_s=min(old.small_op_s, new.small_op_s),
-                   autograd_op_s=min(old.autograd_op_s, new.autograd_op_s))
+                   autograd_op_s=min(old.autograd_op_s, new.autograd_op_s),
+                   element_s={name: min(s, old.element_s.get(name, s)) for name, s in new.element_s.items()})
 
 
 def _best_rate(result: ProbeResult, dtype: str) -> float:
@@ -305,7 +361,9 @@ def cpu_coefficients(result: ProbeResult) -> CostCoefficients:
         source=f"CPU probe: {result.device_name}",
         extra={**base.extra, "host_scale": 1.0, "gemm_model": "roofline", "gemm_half_rate_dim": half_dim,
                "synchronous": True, "host_speed": host_speed(result.small_op_s, base), "cache_bytes": 4e6,
-               "cache_bw_gbs": max(result.cache_copy_gbps, result.copy_gbps)},
+               "cache_bw_gbs": max(result.cache_copy_gbps, result.copy_gbps),
+               "element_s": {**{alias: result.element_s[name] for alias, name in ELEMENT_ALIASES.items()
+                                if name in result.element_s}, **result.element_s}},
     )
 
 

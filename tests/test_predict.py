@@ -133,6 +133,20 @@ def test_cpu_prediction_uses_a_probe():
     assert pred.step_s > 0 and "threads" in pred.device_name
 
 
+def test_a_cpu_prices_dropout_by_the_random_numbers_it_draws():
+    from ptp_callback.probe import probe_device
+
+    def predicted(p: float) -> float:
+        model = nn.Sequential(nn.Linear(256, 256), nn.Dropout(p), nn.Linear(256, 10))
+        b = (torch.randn(512, 256), torch.randint(0, 10, (512,)))
+        return ptp.predict_step(model, b, ce_step, precision="32-true", device="cpu").step_s
+
+    # Dropout draws one random number per activation (bernoulli_), at the probed time per element:
+    # far more than the bytes it moves, which were all it was priced by before.
+    per_element = probe_device(torch.device("cpu")).element_s["bernoulli_"]
+    assert predicted(0.5) - predicted(0.0) > 512 * 256 * per_element
+
+
 def test_op_classes_timed_in_isolation_give_class_corrections():
     from ptp_callback.calibrate import measure_op_classes
     from ptp_callback.step import resolve_device

@@ -16,7 +16,8 @@ def _write_cache(tmp_path, monkeypatch, fp32_rate: float, name: str = "cached") 
     path = probe._cache_path(torch.device("cpu"))
     os.makedirs(os.path.dirname(path), exist_ok=True)
     rates = {"fp32": {"64x1024x1024": fp32_rate / 2, "256": fp32_rate, "512": fp32_rate}}
-    cached = ProbeResult(name, torch.__version__, torch.get_num_threads(), rates, 1.0, 1e-6, 1e-6, 0.5, 2.0)
+    cached = ProbeResult(name, torch.__version__, torch.get_num_threads(), rates, 1.0, 1e-6, 1e-6, 0.5, 2.0,
+                         {"tanh": 1e-9})
     with open(path, "w") as f:
         json.dump(asdict(cached), f)
     return path
@@ -30,6 +31,7 @@ def test_a_cache_faster_than_this_machine_runs_now_is_read_at_the_speed_it_runs_
     # slowed by at most SLOWEST_NOW: rates times it, times per op over it
     assert result.gemm_tflops["fp32"]["512"] == 1e6 * probe.SLOWEST_NOW
     assert (result.copy_gbps, result.small_op_s) == (probe.SLOWEST_NOW, 1e-6 / probe.SLOWEST_NOW)
+    assert result.element_s == {"tanh": 1e-9 / probe.SLOWEST_NOW}
 
 
 def test_a_cache_taken_on_a_busy_machine_is_measured_again(tmp_path, monkeypatch):
@@ -54,8 +56,21 @@ def test_the_spot_check_runs_once_per_process(tmp_path, monkeypatch):
 
 
 def test_best_of_two_probes_keeps_each_faster_reading():
-    old = ProbeResult("cpu", "t", 2, {"fp32": {"256": 2.0, "512": 1.0}}, 10.0, 1e-6, 3e-6, 1.0, 50.0)
-    new = ProbeResult("cpu", "t", 2, {"fp32": {"256": 1.0, "512": 3.0, "1024": 4.0}}, 20.0, 2e-6, 2e-6, 2.0, 40.0)
+    old = ProbeResult("cpu", "t", 2, {"fp32": {"256": 2.0, "512": 1.0}}, 10.0, 1e-6, 3e-6, 1.0, 50.0,
+                      {"tanh": 2e-9, "exp": 1e-9})
+    new = ProbeResult("cpu", "t", 2, {"fp32": {"256": 1.0, "512": 3.0, "1024": 4.0}}, 20.0, 2e-6, 2e-6, 2.0, 40.0,
+                      {"tanh": 3e-9, "exp": 0.5e-9})
     best = probe._best_of(old, new)
     assert best.gemm_tflops == {"fp32": {"256": 2.0, "512": 3.0, "1024": 4.0}}
     assert (best.copy_gbps, best.cache_copy_gbps, best.small_op_s, best.autograd_op_s) == (20.0, 50.0, 1e-6, 2e-6)
+    assert best.element_s == {"tanh": 2e-9, "exp": 0.5e-9}
+
+
+def test_a_cpu_draws_random_numbers_and_computes_transcendentals_slower_than_it_copies(tmp_path, monkeypatch):
+    monkeypatch.setenv("PTP_CACHE_DIR", str(tmp_path))
+    result = probe_device(torch.device("cpu"))
+    copy_s = 8 / (result.cache_copy_gbps * 1e9)  # an fp32 element read and written, in the caches
+    assert set(result.element_s) == set(probe.element_ops(256, torch.device("cpu")))
+    assert result.element_s["bernoulli_"] > 4 * copy_s and result.element_s["tanh"] > 2 * copy_s
+    extra = probe.cpu_coefficients(result).extra["element_s"]
+    assert extra["rand"] == result.element_s["uniform_"] and extra["tanh_"] == result.element_s["tanh"]
