@@ -21,6 +21,7 @@ read from the Trainer               used as
 ``state.max_steps``, ``global_step`` the run's length and, on a resume, where it starts
 ``gradient_accumulation_steps``     micro-batches per optimizer step (each is timed)
 ``eval_strategy`` / ``eval_steps``  evaluations to come (``eval_delay`` and the final one included)
+``get_eval_dataloader()``           each evaluation's batches and one batch traced (forward, no grad)
 ``save_strategy`` / ``save_steps``  checkpoint saves to come (the final one included; ``"best"``:
                                     every evaluation, an upper bound)
 =================================== ===============================================================
@@ -37,9 +38,10 @@ line at the end of training         each part's prediction beside what it measur
 
 Resuming: with ``TrainingArguments(restore_callback_states_from_checkpoint=True)`` the callback's
 measurements are saved in each checkpoint and restored (the Trainer then replaces the callback
-by a restored copy). Limits: the first evaluation's length is unknown until it runs (a callback
-sees the evaluation loader only then); ``ignore_data_skip=True`` resumes are laid out as if the
-skipped batches ran; it predicts on the world's main process only.
+by a restored copy). Limits: the evaluation is predicted as its forward passes and loss
+(``prediction_loss_only``); gathering predictions for ``compute_metrics`` is measured when the
+first evaluation runs; ``ignore_data_skip=True`` resumes are laid out as if the skipped batches ran;
+it predicts on the world's main process only.
 """
 
 from __future__ import annotations
@@ -58,13 +60,14 @@ from ptp_callback.devices import DeviceSpec
 from ptp_callback.loaders import example_batch, loader_facts
 from ptp_callback.notices import warn
 from ptp_callback.precision import PrecisionSpec
+from ptp_callback.run_plan import LoaderFacts
 from ptp_callback.run_prediction import CheckpointFacts
 from ptp_callback.schedule import FitSchedule, FitStart, build_schedule
 from ptp_callback.tracker import RunTracker, TraceInputs
 
 from .accelerate import forward_without_autocast, loader_view, unwrap_optimizer
 
-__all__ = ["PrecisionTimeTrainerCallback", "precision_of", "read_schedule"]
+__all__ = ["PrecisionTimeTrainerCallback", "evaluation_loaders", "precision_of", "read_schedule"]
 
 
 def precision_of(args: Any, model: torch.nn.Module) -> PrecisionSpec:
@@ -132,22 +135,40 @@ def _step(schedule: FitSchedule, position: int) -> int:
                     start=schedule.start, step_on_epoch_end=schedule.step_on_epoch_end)
 
 
-def _calling_progress_callback() -> ProgressCallback | None:
-    """The Trainer's ``ProgressCallback``, whose bar shows the ETA.
+def _calling_trainer_parts() -> tuple[ProgressCallback | None, Any]:
+    """The Trainer's ``ProgressCallback`` (whose bar shows the ETA) and the ``Trainer`` itself
+    (whose evaluation loader predicts the evaluations), ``None`` where not found.
 
-    A callback is handed neither the Trainer nor its other callbacks; the ``CallbackHandler`` whose
-    ``call_event`` is running this hook holds them, so it is read from that frame. ``None`` (the ETA
-    then shows in the logs only) when the hook is called some other way.
+    A callback is handed neither the Trainer nor its other callbacks. The ``CallbackHandler`` whose
+    ``call_event`` is running this hook holds the callbacks, and the Trainer method that called the
+    handler is the Trainer's: both are read from the calling frames. A hook called some other way
+    finds neither (the ETA then shows in the logs only, and the first evaluation is measured).
     """
+    from transformers import Trainer
+
+    progress = trainer = None
     frame = sys._getframe(1)
-    for _ in range(4):
+    for _ in range(8):
         frame = frame.f_back
         if frame is None:
-            return None
-        handler = frame.f_locals.get("self")
-        if isinstance(handler, CallbackHandler):
-            return next((cb for cb in handler.callbacks if isinstance(cb, ProgressCallback)), None)
-    return None
+            break
+        owner = frame.f_locals.get("self")
+        if progress is None and isinstance(owner, CallbackHandler):
+            progress = next((cb for cb in owner.callbacks if isinstance(cb, ProgressCallback)), None)
+        elif isinstance(owner, Trainer):
+            trainer = owner
+            break
+    return progress, trainer
+
+
+def evaluation_loaders(trainer: Any, args: Any) -> list[Any]:
+    """The loaders the Trainer's evaluations will run (one per evaluation dataset), built by its own
+    ``get_eval_dataloader``; none when it will not evaluate or has no evaluation dataset."""
+    if trainer is None or _strategy(args.eval_strategy) == "no" or trainer.eval_dataset is None:
+        return []
+    if isinstance(trainer.eval_dataset, dict):
+        return [trainer.get_eval_dataloader(name) for name in trainer.eval_dataset]
+    return [trainer.get_eval_dataloader()]
 
 
 class PrecisionTimeTrainerCallback(TrainerCallback, ExportableState):
@@ -186,21 +207,25 @@ class PrecisionTimeTrainerCallback(TrainerCallback, ExportableState):
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
                        train_dataloader: Any = None, eval_dataloader: Any = None, **kwargs: Any) -> None:
         now = self.clock()
-        self._bar_owner = _calling_progress_callback()
+        self._bar_owner, trainer = _calling_trainer_parts()
         try:
-            self._begin(now, args, state, model, optimizer, train_dataloader, eval_dataloader)
+            eval_loaders = [eval_dataloader] if eval_dataloader is not None else evaluation_loaders(trainer, args)
+        except Exception:  # noqa: BLE001 - a Trainer that builds no evaluation loader now: the first evaluation is measured
+            eval_loaders = []
+        try:
+            self._begin(now, args, state, model, optimizer, train_dataloader, eval_loaders)
         except Exception as exc:  # noqa: BLE001 - never break a run
             self.tracker = None
             warn(f"reading the Trainer failed ({type(exc).__name__}: {exc}); no ETA for this run")
 
     def _begin(self, now: float, args: Any, state: Any, model: Any, optimizer: Any, train_dataloader: Any,
-               eval_dataloader: Any) -> None:
+               eval_loaders: list[Any]) -> None:
         try:
             batches = len(train_dataloader) if train_dataloader is not None else None
         except TypeError:
             batches = None
-        eval_batches = len(eval_dataloader) if eval_dataloader is not None and hasattr(eval_dataloader, "__len__") \
-            else None
+        sized = eval_loaders and all(hasattr(loader, "__len__") for loader in eval_loaders)
+        eval_batches = sum(len(loader) for loader in eval_loaders) if sized else None
         schedule, saves = read_schedule(args, state, batches, eval_batches)
         spec = precision_of(args, model)
         main = bool(state.is_world_process_zero)
@@ -212,12 +237,12 @@ class PrecisionTimeTrainerCallback(TrainerCallback, ExportableState):
         if self._restored:
             tracker.forecaster.load_state_dict(self._restored)
         if main and train_dataloader is not None:
-            self._predict(tracker, args, spec, model, optimizer, train_dataloader)
+            self._predict(tracker, args, spec, model, optimizer, train_dataloader, eval_loaders[0] if sized else None)
         tracker.begin_training()
         self._last_t = self.clock()
 
     def _predict(self, tracker: RunTracker, args: Any, spec: PrecisionSpec, model: torch.nn.Module, optimizer: Any,
-                 train_dataloader: Any) -> None:
+                 train_dataloader: Any, eval_loader: Any) -> None:
         run_device = torch.device(args.device)
         try:
             view = loader_view(train_dataloader, _Processes(args.world_size))
@@ -226,14 +251,21 @@ class PrecisionTimeTrainerCallback(TrainerCallback, ExportableState):
             tracker.warn_once("predict", f"could not build an example batch ({type(exc).__name__}: {exc}); "
                                          "the ETA uses measured batches only")
             return
+        val_batch, val_facts = None, LoaderFacts()
+        if eval_loader is not None:
+            try:
+                val_batch, val_load_s = example_batch(loader_view(eval_loader, _Processes(args.world_size)))
+                val_facts = loader_facts(eval_loader, val_batch, val_load_s)
+            except Exception:  # noqa: BLE001 - the evaluations are then measured when they run
+                val_batch = None
         target = self.target if self.target is not None else (run_device if run_device.type == "cuda" else "cpu")
         inputs = TraceInputs(model, batch, None, unwrap_optimizer(optimizer), spec, target, run_device,
-                             context=forward_without_autocast(model))
+                             val_batch=val_batch, context=forward_without_autocast(model))
         checkpoint = CheckpointFacts(directory=args.output_dir, weights_only=bool(args.save_only_model),
                                      replaces_previous=args.save_total_limit is not None) \
             if tracker.forecaster.saves else None
-        tracker.predict(inputs, train_loader=loader_facts(train_dataloader, batch, load_s), checkpoint=checkpoint,
-                        world_size=int(args.world_size))
+        tracker.predict(inputs, train_loader=loader_facts(train_dataloader, batch, load_s), val_loader=val_facts,
+                        checkpoint=checkpoint, world_size=int(args.world_size))
 
     # ------------------------------------------------------------------------------ events
     def _event(self, name: str, t: float | None = None) -> None:

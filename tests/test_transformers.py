@@ -60,6 +60,13 @@ def test_a_trainer_run_shows_the_eta_in_its_bar_and_logs_and_follows_its_schedul
     assert re.search(r"eta=\d{2}:\d{2} 32-true\]", err)
     assert "ptp: predicted run " in err and "on NVIDIA H100 SXM5 80GB" in err and "(16 batches)" in err
     assert "ptp: run took" in err and "checkpoints" in callback.tracker.summary
+    # Evaluations predicted before step one from the Trainer's own evaluation loader (64 samples,
+    # 32 a batch): two batches each, one of them traced without gradients.
+    assert schedule.val_batches_per_run == 2
+    prediction = callback.tracker.prediction
+    assert prediction.val_step is not None and 0 < prediction.val_step.step_s < prediction.step.step_s
+    assert prediction.plan.val_batch_s > 0 and "validation" in callback.tracker.plan_text
+    assert "(not predicted)" not in callback.tracker.summary
 
 
 def test_resume_restores_the_calibration_and_starts_where_the_checkpoint_left(tmp_path):
