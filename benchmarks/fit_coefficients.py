@@ -81,6 +81,8 @@ OP_PARAMS: dict[str, list[Param]] = {
         ("latency_s", "conv:grouped:per_group", 0.0, 50e-6),
         *[("compute_eff", f"conv_dw:{p}:{d}", 0.002, 1.0) for p in ("fwd", "bwd") for d in ("fp32", "bf16", "fp16")],
         ("mem_eff", "conv_dw:fwd", 0.02, 1.0), ("mem_eff", "conv_dw:bwd", 0.01, 1.0),
+        *[(table, f"conv_dw:{p}:cudnn", lo, hi) for p in ("fwd", "bwd")
+          for table, lo, hi in (("compute_eff", 0.002, 1.0), ("mem_eff", 0.01, 1.0), ("latency_s", 0.0, 30e-6))],
         ("host_class_s", "conv", 0.0, 60e-6), ("latency_s", "conv_dw:fwd", 0.0, 30e-6), ("latency_s", "conv_dw:bwd", 0.0, 30e-6),
     ],
     "attention": [

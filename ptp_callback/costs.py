@@ -38,6 +38,8 @@ from typing import Any
 import torch
 from torch.utils import flop_counter
 
+from .conv_dispatch import cudnn_runs_depthwise
+
 _FLOP_FORMULAS = flop_counter.flop_registry
 
 # Ops whose kernels are classified by name (overload packet name without "aten.").
@@ -155,7 +157,8 @@ class OpCost:
     ``gemms`` the implicit GEMMs ``(batch, m, n, k)`` of a convolution (forward: one; backward: data
     and weight gradients); ``layout_bytes`` the activation traffic of converting NCHW tensors to the
     NHWC layout tensor-core convolutions run in, and back. ``kernel`` names the kernel family
-    where a class has several (convolutions: ``dense``, ``pointwise``, ``grouped``, ``depthwise``;
+    where a class has several (convolutions: ``dense``, ``pointwise``, ``grouped``, ``depthwise``,
+    ``depthwise_cudnn`` where PyTorch hands a depthwise one to cuDNN (:mod:`conv_dispatch`);
     attention: ``flash``, ``efficient``; recurrent layers: ``lstm``, ``gru``, ``rnn_tanh``,
     ``rnn_relu``) and ``dims`` holds the shape the class's time model needs (attention:
     ``(batch, q_heads, kv_heads, q_len, kv_len, head_dim, value_dim)``; recurrent:
@@ -219,8 +222,8 @@ def op_kind(func: torch._ops.OpOverload) -> str:
 
 
 # Kernels whose time on CUDA follows the element count, not the bytes: NCHW batch norm, pooling and
-# depthwise convolution took the same time in fp16/bf16 as in fp32 on the H100 (../shared/h100
-# profiles), so their traffic is counted at fp32 width.
+# PyTorch's own depthwise convolution kernel took the same time in fp16/bf16 as in fp32 on the
+# H100, so their traffic is counted at fp32 width (not cuDNN's depthwise kernels).
 _ELEMENT_BOUND = frozenset(("batch_norm", "batch_norm_native", "pool", "conv_dw"))
 
 
@@ -424,11 +427,13 @@ def conv_gemms(dims: tuple[int, ...], passes: tuple[str, ...], channels_first: b
 
 
 def _chunked(channels: int, chunk: int) -> int:
-    """Channels as an implicit GEMM's K loop steps through them: whole chunks per filter tap
-    (a chunk no wider than the channels rounded up to a power of two)."""
+    """Channels as an implicit GEMM's K loop steps through them: whole chunks per filter tap (a
+    chunk no wider than the channels rounded up to a power of two, and no narrower than the 16
+    bytes a vectorized load reads: an RGB input runs as 8 channels in half precision, as cuDNN's
+    ``align8`` kernels for a first convolution do)."""
     if chunk <= 1:
         return channels
-    chunk = min(chunk, 1 << (channels - 1).bit_length())
+    chunk = min(chunk, max(chunk // 8, 1 << (channels - 1).bit_length()))
     return -(-channels // chunk) * chunk
 
 
@@ -439,6 +444,17 @@ def _channels_first(args: tuple) -> bool:
     """Whether a convolution's first 4-D activation is in the channels-first (NCHW) layout."""
     first = next((t for t in args[:2] if isinstance(t, torch.Tensor) and t.dim() == 4), None)
     return first is None or not first.is_contiguous(memory_format=torch.channels_last)
+
+
+def _cudnn_depthwise(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> bool:
+    """Whether a CUDA device runs this depthwise convolution (forward or backward) with cuDNN."""
+    backward = func.overloadpacket.__name__ == "convolution_backward"
+    data, weight = (args[1], args[2]) if backward else (args[0], args[1])
+    if not isinstance(data, torch.Tensor) or not isinstance(weight, torch.Tensor):
+        return False
+    stride = list(_arg(func, args, kwargs, "stride", [1]) or [1])
+    dilation = list(_arg(func, args, kwargs, "dilation", [1]) or [1])
+    return cudnn_runs_depthwise(data, weight, stride, dilation, _channels_first(args))
 
 
 def _nchw_bytes(args: tuple, outputs: list[torch.Tensor]) -> float:
@@ -554,6 +570,8 @@ def describe_op(
             flops = 2.0 * n * out_px * c_out * (c_in // groups) * kernel * sum(1 for on in mask[:2] if on)
         if kernel_family == "depthwise":
             op_class = "conv_dw"
+            if _cudnn_depthwise(func, args, kwargs):
+                kernel_family = "depthwise_cudnn"
         elif dims:
             if dtype_key == "fp32" and conv_tf32:
                 dtype_key = "tf32"
@@ -594,7 +612,7 @@ def describe_op(
         elif name == "_safe_softmax" and inputs and outputs:
             read, written = _safe_softmax_bytes(inputs[0], outputs[0], _arg(func, args, kwargs, "dim", -1))
 
-    if op_class in _ELEMENT_BOUND:
+    if op_class in _ELEMENT_BOUND and kernel_family != "depthwise_cudnn":
         read = sum(_tensor_bytes(t, 4) for t in inputs if t.is_floating_point())
         read += sum(_tensor_bytes(t) for t in inputs if not t.is_floating_point())
         written = sum(_tensor_bytes(t, 4 if t.is_floating_point() else 1) for t in outputs)

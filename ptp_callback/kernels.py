@@ -16,7 +16,8 @@ broad shape grids (``benchmarks/fit_coefficients.py``), never on a model:
   per-family, per-pass efficiency, plus cuDNN's NCHW<->NHWC conversions for tensor-core math,
   plus the bias (forward: PyTorch adds it in a pass of its own; backward: one more reduction).
   ``conv_dw``: depthwise convolutions run CUDA-core kernels whose time follows the multiply-adds
-  (``flops`` at a fitted rate) or the bytes, whichever is longer.
+  (``flops`` at a fitted rate) or the bytes, whichever is longer: PyTorch's own kernel, or
+  cuDNN's where PyTorch picks it (fp16 3x3 and 5x5, channels-last: :mod:`conv_dispatch`).
 * ``attention``: FLOPs at a fraction of peak that grows with the keys a query block sweeps and
   with the head dimension, on the waves of (batch x heads x query blocks) CTAs; causal halves the
   work; dropout in the kernel costs extra.
@@ -210,13 +211,15 @@ def _bias_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> f
 
 
 def depthwise_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> float:
-    """A depthwise convolution: CUDA-core multiply-adds or bytes, whichever takes longer."""
-    family = _family(device, cost.dtype)
+    """A depthwise convolution: CUDA-core multiply-adds or bytes, whichever takes longer, at the
+    rates of PyTorch's own kernel or, where PyTorch picks it on a GPU, of cuDNN's."""
     direction = "bwd" if cost.backward else "fwd"
-    rate = pick(coef.compute_eff, ("conv_dw", direction, family), 0.03) * peak_flops(device, "fp32")
-    memory = memory_seconds(cost.bytes, device, coef, "conv_dw", cost.dtype, cost.backward)
+    # The rates are keyed by the kernel (cuDNN) or else by the dtype family (PyTorch's kernel).
+    key = "cudnn" if cost.kernel == "depthwise_cudnn" and not _cpu_rooflines(coef) else _family(device, cost.dtype)
+    rate = pick(coef.compute_eff, ("conv_dw", direction, key), 0.03) * peak_flops(device, "fp32")
+    memory = memory_seconds(cost.bytes, device, coef, "conv_dw", key, cost.backward)
     bias = _bias_seconds(cost, device, coef)
-    return max(cost.flops / rate, memory) + bias + pick(coef.latency_s, ("conv_dw", direction), 0.0)
+    return max(cost.flops / rate, memory) + bias + pick(coef.latency_s, ("conv_dw", direction, key), 0.0)
 
 
 def attention_seconds(op: OpRecord, device: DeviceSpec, coef: CostCoefficients) -> float:

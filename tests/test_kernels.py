@@ -153,7 +153,7 @@ def test_convolution_bias_is_one_more_pass_over_the_output_on_a_gpu():
 
 def _conv_cost(x: torch.Tensor, c_out: int, bias: bool = False, backward: bool = False) -> OpCost:
     """A 3x3, stride-1, padding-1 convolution of ``x`` (under the caller's fake mode), described."""
-    w = torch.empty(c_out, x.shape[1], 3, 3)
+    w = torch.empty(c_out, x.shape[1], 3, 3, dtype=x.dtype)
     conv = (x, w, torch.empty(c_out) if bias else None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
     out = torch.ops.aten.convolution.default(*conv)
     if not backward:
@@ -192,6 +192,8 @@ def test_implicit_gemm_steps_through_whole_channel_chunks_per_filter_tap():
         assert _conv_cost(torch.empty(8, 40, 14, 14), 72).gemms == ((8, 196, 72, 64 * 9),)
         # Fewer channels than a chunk: a chunk of the next power of two (an RGB input takes 4).
         assert _conv_cost(torch.empty(8, 3, 14, 14), 64).gemms == ((8, 196, 64, 4 * 9),)
+        # ... but never narrower than a 16-byte load: 8 channels in half precision.
+        assert _conv_cost(torch.empty(8, 3, 14, 14, dtype=torch.bfloat16), 64).gemms == ((8, 196, 64, 8 * 9),)
         # Whole chunks: nothing added, the multiply-adds are those of the convolution.
         even = _conv_cost(torch.empty(8, 64, 14, 14), 128)
     assert even.gemms == ((8, 196, 128, 64 * 9),)
@@ -230,3 +232,52 @@ def test_shipped_coefficients_are_fractions_of_peak():
         assert all(0.0 < v <= 1.5 for v in table.values())
     assert all(0.0 < v <= 1.0 for v in HOPPER.mem_eff.values())
     assert math.isfinite(HOPPER.host_step_s) and HOPPER.host_step_s > 0
+
+
+def _depthwise_cost(x: torch.Tensor, kernel: int, stride: int = 1, backward: bool = False) -> OpCost:
+    """A depthwise ``kernel`` x ``kernel`` convolution of ``x`` (under the caller's fake mode), described."""
+    channels = x.shape[1]
+    w = torch.empty(channels, 1, kernel, kernel, dtype=x.dtype)
+    conv = (x, w, None, [stride, stride], [kernel // 2] * 2, [1, 1], False, [0, 0], channels)
+    out = torch.ops.aten.convolution.default(*conv)
+    if not backward:
+        return describe_op(torch.ops.aten.convolution.default, conv, {}, out, matmul_tf32=False, conv_tf32=True,
+                           phase="forward")
+    args = (out, x, w, None, *conv[3:], [True, True, False])
+    grads = torch.ops.aten.convolution_backward.default(*args)
+    return describe_op(torch.ops.aten.convolution_backward.default, args, {}, grads, matmul_tf32=False,
+                       conv_tf32=True, phase="backward")
+
+
+def test_fp16_depthwise_convolutions_that_pytorch_hands_to_cudnn_are_priced_as_cudnn_kernels():
+    with FakeTensorMode():
+        x = torch.empty(32, 256, 28, 28)
+        fp16 = {k: _depthwise_cost(x.half(), k) for k in (3, 5, 7)}
+        fp16_backward = _depthwise_cost(x.half(), 3, backward=True)
+        bf16 = _depthwise_cost(x.bfloat16(), 3)
+        few_channels = _depthwise_cost(torch.empty(32, 16, 28, 28).half(), 3)  # cuDNN needs 32 channels
+        strided_narrow = _depthwise_cost(torch.empty(32, 128, 28, 28).half(), 3, stride=2)  # PyTorch's table: no
+        strided_wide = _depthwise_cost(torch.empty(32, 512, 28, 28).half(), 3, stride=2)
+        channels_last = _depthwise_cost(x.to(memory_format=torch.channels_last), 7)
+    assert {c.op_class for c in (*fp16.values(), bf16)} == {"conv_dw"}
+    assert fp16[3].kernel == fp16[5].kernel == fp16_backward.kernel == "depthwise_cudnn"
+    assert fp16[7].kernel == bf16.kernel == "depthwise"  # PyTorch's own kernel: 7x7, and bf16 at any size
+    assert few_channels.kernel == strided_narrow.kernel == "depthwise"
+    assert strided_wide.kernel == channels_last.kernel == "depthwise_cudnn"
+    # PyTorch's kernel moves its half-precision bytes at fp32 width; cuDNN's at their own.
+    assert fp16[3].bytes == pytest.approx(bf16.bytes / 2, rel=0.01)
+
+    h100 = get_device("h100-sxm")
+
+    def seconds(cost: OpCost) -> float:
+        return kernel_seconds(OpRecord("aten.convolution.default", "forward", "", cost), h100, HOPPER)
+
+    # cuDNN's fp16 kernel, at its own fitted rates: faster than PyTorch's kernel on the same shape
+    # (the H100 ran such convolutions in a third of the bf16 time).
+    assert seconds(fp16[3]) < 0.7 * seconds(bf16)
+    cpu = replace(HOPPER, extra={**HOPPER.extra, "gemm_model": "roofline"})
+    coef_cpu = replace(cpu, compute_eff={"conv_dw": 0.1, "conv_dw:fwd:cudnn": 0.9})
+    # A CPU target has no cuDNN: the rate of PyTorch's kernel for its dtype family, whatever the trace says.
+    assert kernel_seconds(OpRecord("aten.convolution.default", "forward", "", fp16[3]), h100, coef_cpu) == pytest.approx(
+        kernel_seconds(OpRecord("aten.convolution.default", "forward", "", replace(fp16[3], kernel="depthwise")), h100,
+                       coef_cpu))
