@@ -151,10 +151,13 @@ def test_convolution_bias_is_one_more_pass_over_the_output_on_a_gpu():
     assert kernel_seconds(biased, TOY, cpu) == pytest.approx(kernel_seconds(plain, TOY, cpu))
 
 
-def _conv_cost(x: torch.Tensor, c_out: int, bias: bool = False, backward: bool = False) -> OpCost:
-    """A 3x3, stride-1, padding-1 convolution of ``x`` (under the caller's fake mode), described."""
-    w = torch.empty(c_out, x.shape[1], 3, 3, dtype=x.dtype)
-    conv = (x, w, torch.empty(c_out) if bias else None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+def _conv_cost(x: torch.Tensor, c_out: int, bias: bool = False, backward: bool = False, kernel: int = 3,
+               stride: int = 1, groups: int = 1) -> OpCost:
+    """A convolution of ``x`` (under the caller's fake mode; 3x3, stride 1, same padding unless
+    told), described."""
+    w = torch.empty(c_out, x.shape[1] // groups, kernel, kernel, dtype=x.dtype)
+    conv = (x, w, torch.empty(c_out) if bias else None, [stride, stride], [kernel // 2] * 2, [1, 1], False, [0, 0],
+            groups)
     out = torch.ops.aten.convolution.default(*conv)
     if not backward:
         return describe_op(torch.ops.aten.convolution.default, conv, {}, out, matmul_tf32=False, conv_tf32=False,
@@ -235,18 +238,7 @@ def test_shipped_coefficients_are_fractions_of_peak():
 
 
 def _depthwise_cost(x: torch.Tensor, kernel: int, stride: int = 1, backward: bool = False) -> OpCost:
-    """A depthwise ``kernel`` x ``kernel`` convolution of ``x`` (under the caller's fake mode), described."""
-    channels = x.shape[1]
-    w = torch.empty(channels, 1, kernel, kernel, dtype=x.dtype)
-    conv = (x, w, None, [stride, stride], [kernel // 2] * 2, [1, 1], False, [0, 0], channels)
-    out = torch.ops.aten.convolution.default(*conv)
-    if not backward:
-        return describe_op(torch.ops.aten.convolution.default, conv, {}, out, matmul_tf32=False, conv_tf32=True,
-                           phase="forward")
-    args = (out, x, w, None, *conv[3:], [True, True, False])
-    grads = torch.ops.aten.convolution_backward.default(*args)
-    return describe_op(torch.ops.aten.convolution_backward.default, args, {}, grads, matmul_tf32=False,
-                       conv_tf32=True, phase="backward")
+    return _conv_cost(x, x.shape[1], backward=backward, kernel=kernel, stride=stride, groups=x.shape[1])
 
 
 def test_fp16_depthwise_convolutions_that_pytorch_hands_to_cudnn_are_priced_as_cudnn_kernels():
