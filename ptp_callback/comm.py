@@ -7,8 +7,8 @@ backward and reduce-scatters the gradients: three collectives of the parameter b
 
 A ring collective moves ``(n-1)/n`` of the bytes per GPU per pass (all-reduce: two passes) over
 the slowest link, at an assumed 85% of the link's peak per direction. (For scale: NCCL's
-all-reduce bus bandwidth on 8xH100 was 466-479 GB/s for >= 1 GB messages with NVLink SHARP,
-../shared/research/prediction_anchors.md section 7.2; without in-switch reduction a ring gets less.)
+all-reduce bus bandwidth on 8xH100 has been reported at 466-479 GB/s for >= 1 GB messages with
+NVLink SHARP; without in-switch reduction a ring gets less.)
 Not calibrated against measurements: no multi-GPU data was available.
 
 >>> round(allreduce_seconds(1e9, world_size=8, link_gbs=450.0) * 1e3, 2)   # 1 GB over NVLink on 8 GPUs

@@ -62,7 +62,7 @@ class PrecisionSpec:
         """Build the spec for a Lightning precision string (or alias), reading TF32 flags now.
 
         ``"32-tf32"`` is accepted as ``"32-true"`` with TF32 matmuls (the naming of
-        ``../shared/h100``); explicit ``matmul_tf32`` / ``conv_tf32`` override the flags.
+        ``benchmarks/data/steps.jsonl``); explicit ``matmul_tf32`` / ``conv_tf32`` override the flags.
         """
         raw = str(precision).strip().lower()
         if raw == "32-tf32" and matmul_tf32 is None:
