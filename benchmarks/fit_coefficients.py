@@ -72,7 +72,7 @@ OP_PARAMS: dict[str, list[Param]] = {
     "conv": [
         *[("conv_eff", f"conv:{fam}:{p}:{d}", 0.05, 1.5) for fam in _CONV_FAMILIES
           for p in ("fwd", "dgrad", "wgrad") for d in ("tf32", "bf16", "fp16")],
-        *[("extra", f"conv_layout_passes:{fam}:{p}:{d}", 0.0, 4.0) for fam in _CONV_FAMILIES
+        *[("extra", f"conv_layout_passes:{fam}:{p}:{d}", 0.0, 4.0) for fam in _CONV_FAMILIES if fam != "pointwise"
           for p in ("fwd", "bwd") for d in ("tf32", "bf16", "fp16")],
         *[("mem_eff", f"conv:{fam}:{p}", 0.05, 1.0) for fam in _CONV_FAMILIES
           for p in ("fwd", "bwd")],

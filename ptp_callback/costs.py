@@ -155,8 +155,9 @@ class OpCost:
     backward reduces, the bias a convolution forward adds to its output); ``dropout`` fused
     attention that applies dropout;
     ``gemms`` the implicit GEMMs ``(batch, m, n, k)`` of a convolution (forward: one; backward: data
-    and weight gradients); ``layout_bytes`` the activation traffic of converting NCHW tensors to the
-    NHWC layout tensor-core convolutions run in, and back. ``kernel`` names the kernel family
+    and weight gradients) and ``pass_bytes`` the bytes each of those kernels reads and writes (the
+    output gradient is read by both backward kernels); ``layout_bytes`` the activation traffic of
+    converting NCHW tensors to the NHWC layout tensor-core convolutions run in, and back. ``kernel`` names the kernel family
     where a class has several (convolutions: ``dense``, ``pointwise``, ``grouped``, ``depthwise``,
     ``depthwise_cudnn`` where PyTorch hands a depthwise one to cuDNN (:mod:`conv_dispatch`);
     attention: ``flash``, ``efficient``; recurrent layers: ``lstm``, ``gru``, ``rnn_tanh``,
@@ -183,6 +184,7 @@ class OpCost:
     layout_bytes: float = 0.0
     kernel: str = ""
     dims: tuple[int, ...] = ()
+    pass_bytes: tuple[float, ...] = ()
 
 
 @lru_cache(maxsize=None)
@@ -549,6 +551,7 @@ def describe_op(
     causal = dropout = False
     gemms: tuple[tuple[int, int, int, int], ...] = ()
     layout = 0.0
+    pass_bytes: tuple[float, ...] = ()
     dims: tuple[int, ...] = ()
     kernel_family = ""
     if op_class == "gemm":
@@ -583,9 +586,18 @@ def describe_op(
                 mask = _arg(func, args, kwargs, "output_mask", [True, True, False])
                 both = conv_gemms(dims, ("dgrad", "wgrad"), channels_first, chunk)
                 gemms = tuple(g if on else _NO_GEMM for g, on in zip(both, mask[:2]))
+                # Each gradient kernel reads the output gradient, and the weight (data gradient)
+                # or the input (weight gradient), and writes its own result.
+                grad_out, data, weight = (_tensor_bytes(t) for t in args[:3])
+                results = [t if isinstance(t, torch.Tensor) else None for t in list(out_list)[:2]]
+                pass_bytes = tuple(float(grad_out + (weight if i == 0 else data) + _tensor_bytes(result))
+                                   if on and result is not None else 0.0
+                                   for i, (on, result) in enumerate(zip(mask[:2], results)))
             else:
                 gemms = conv_gemms(dims, ("fwd",), channels_first, chunk)
-            if dtype_key != "fp32" and dtype_key != "fp64" and channels_first:
+                pass_bytes = (float(read + written),)
+            # A 1x1 stride-1 convolution is a plain GEMM per image in NCHW: nothing to convert.
+            if dtype_key != "fp32" and dtype_key != "fp64" and channels_first and kernel_family != "pointwise":
                 layout = _nchw_bytes(args, outputs)
     elif op_class == "attention":
         flops, causal, dropout = _attention_flops(func, args, kwargs)
@@ -632,4 +644,5 @@ def describe_op(
         aux = 2.0 * _tensor_bytes(outputs[0])
         kernels += 1
     return OpCost(op_class, flops, float(read + written), kernels, dtype_key, gemm, causal,
-                  "backward" in name, misaligned, alignment, aux, dropout, gemms, layout, kernel_family, dims)
+                  "backward" in name, misaligned, alignment, aux, dropout, gemms, layout, kernel_family, dims,
+                  pass_bytes)

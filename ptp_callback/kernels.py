@@ -13,7 +13,8 @@ broad shape grids (``benchmarks/fit_coefficients.py``), never on a model:
   the memory time.
 * ``conv``: by kernel family and pass. Dense, 1x1 and grouped convolutions are their implicit
   GEMMs (forward; data and weight gradients, ``groups`` GEMMs each) through the wave model at a
-  per-family, per-pass efficiency, plus cuDNN's NCHW<->NHWC conversions for tensor-core math,
+  per-family, per-pass efficiency, each pass never faster than its own bytes, plus cuDNN's
+  NCHW<->NHWC conversions for tensor-core math (none for a 1x1 stride-1 convolution),
   plus the bias (forward: PyTorch adds it in a pass of its own; backward: one more reduction).
   ``conv_dw``: depthwise convolutions run CUDA-core kernels whose time follows the multiply-adds
   (``flops`` at a fitted rate) or the bytes, whichever is longer: PyTorch's own kernel, or
@@ -180,24 +181,28 @@ def conv_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> fl
     family = _family(device, cost.dtype)
     kind = cost.kernel or "dense"
     direction = "bwd" if cost.backward else "fwd"
+    bandwidth = _bandwidth(device) * pick(coef.mem_eff, ("conv", kind, direction), 0.8)
     if cost.gemms and not _cpu_rooflines(coef):
+        # One kernel per pass, each bound by its own GEMM or its own bytes: a backward's data
+        # gradient may be compute-bound while its weight gradient streams the activations.
         passes = ("dgrad", "wgrad") if cost.backward else ("fwd",)
-        compute = 0.0
-        for gemm, part in zip(cost.gemms, passes):
+        pass_bytes = cost.pass_bytes or (cost.bytes / len(cost.gemms),) * len(cost.gemms)
+        body = 0.0
+        for gemm, part, nbytes in zip(cost.gemms, passes, pass_bytes):
             scale = pick(coef.conv_eff, ("conv", kind, part, family), 0.8)
-            compute += wave_seconds(*gemm, cost.dtype, device, coef, scale)
+            body += max(wave_seconds(*gemm, cost.dtype, device, coef, scale), nbytes / bandwidth)
     else:
         scale = pick(coef.conv_eff, ("conv", kind, "fwd", family), 0.8)
         compute = cost.flops / (peak_flops(device, cost.dtype) * pick(coef.gemm_eff, ("gemm", family), 0.7) * scale)
+        body = max(compute, cost.bytes / bandwidth)
     bandwidth = _bandwidth(device)
-    memory = cost.bytes / (bandwidth * pick(coef.mem_eff, ("conv", kind, direction), 0.8))
     passes_of_layout = pick(coef.extra, ("conv_layout_passes", kind, direction, family), 1.0)
     layout = cost.layout_bytes * passes_of_layout / (bandwidth * coef.memory_efficiency("elementwise", cost.dtype))
     aux = _bias_seconds(cost, device, coef)
     latency = pick(coef.latency_s, ("conv", kind, direction), 0.0)
     if kind == "grouped" and cost.dims:
         latency += cost.dims[6] * pick(coef.latency_s, ("conv", kind, "per_group"), 0.0)
-    return max(compute, memory) + layout + aux + latency
+    return body + layout + aux + latency
 
 
 def _bias_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> float:

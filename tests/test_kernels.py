@@ -203,6 +203,44 @@ def test_implicit_gemm_steps_through_whole_channel_chunks_per_filter_tap():
     assert even.flops == 2 * 8 * 196 * 128 * 64 * 9
 
 
+def test_only_convolutions_cudnn_runs_in_nhwc_pay_for_the_layout_conversion():
+    with FakeTensorMode():
+        x = torch.empty(8, 64, 14, 14, dtype=torch.bfloat16)
+        dense, pointwise = _conv_cost(x, 128), _conv_cost(x, 128, kernel=1)
+        pointwise_grad = _conv_cost(x, 128, kernel=1, backward=True)
+        fp32 = _conv_cost(torch.empty(8, 64, 14, 14), 128)
+    # A 3x3 convolution of an NCHW bf16 tensor converts its input, weight and output to NHWC and back.
+    assert dense.layout_bytes == 2 * (8 * 64 * 196 + 128 * 64 * 9 + 8 * 128 * 196) * 2
+    # A 1x1 stride-1 convolution is a GEMM per image in NCHW; fp32 convolutions run without tensor cores.
+    assert pointwise.kernel == "pointwise" and pointwise.layout_bytes == pointwise_grad.layout_bytes == 0
+    assert fp32.layout_bytes == 0
+
+
+def test_each_pass_of_a_convolution_is_bound_by_its_own_gemm_or_bytes():
+    with FakeTensorMode():
+        x = torch.empty(8, 64, 14, 14)
+        grad = _conv_cost(x, 128, backward=True)
+        # A first layer's backward: no gradient for its input.
+        args = (torch.empty(8, 128, 14, 14), x, torch.empty(128, 64, 3, 3), None, [1, 1], [1, 1], [1, 1], False,
+                [0, 0], 1, [False, True, False])
+        grads = torch.ops.aten.convolution_backward.default(*args)
+        grad_first = describe_op(torch.ops.aten.convolution_backward.default, args, {}, grads, matmul_tf32=False,
+                                 conv_tf32=False, phase="backward")
+    data, weight, output = 8 * 64 * 196 * 4, 128 * 64 * 9 * 4, 8 * 128 * 196 * 4
+    # The data gradient reads the output gradient and the weight and writes the input's gradient; the
+    # weight gradient reads the output gradient and the input and writes the weight's.
+    assert grad.pass_bytes == (output + weight + data, output + data + weight)
+    assert grad_first.pass_bytes == (0.0, output + data + weight)
+    assert grad_first.gemms[0] == (0, 0, 0, 0)
+    # A backward whose two kernels are bound differently costs the sum of each one's own bound,
+    # not the larger of the summed FLOP time and the summed bytes.
+    unit_rates = replace(COEF, mem_eff={**COEF.mem_eff, "conv": 1.0}, conv_eff={"conv": 1.0})
+    op = OpRecord("aten.convolution_backward.default", "backward", "", replace(grad, pass_bytes=(1e9, 1.0)))
+    compute = [wave_seconds(*g, "fp32", TOY, unit_rates) for g in grad.gemms]
+    assert kernel_seconds(op, TOY, unit_rates) == pytest.approx(1e9 / 1e12 + compute[1])
+    assert kernel_seconds(op, TOY, unit_rates) > max(sum(compute), (1e9 + 1.0) / 1e12)
+
+
 def test_batch_norm_over_small_feature_maps_is_slower_per_byte():
     coef = replace(COEF, extra={"batch_norm_run_half": 49.0}, mem_eff={"elementwise": 1.0})
     # 12 MB at 1000 GB/s is 12 us; in runs of one 7x7 map (49 values), half the bandwidth: 24 us.
