@@ -181,7 +181,7 @@ def conv_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> fl
     family = _family(device, cost.dtype)
     kind = cost.kernel or "dense"
     direction = "bwd" if cost.backward else "fwd"
-    bandwidth = _bandwidth(device) * pick(coef.mem_eff, ("conv", kind, direction), 0.8)
+    conv_bandwidth = _bandwidth(device) * pick(coef.mem_eff, ("conv", kind, direction), 0.8)
     if cost.gemms and not _cpu_rooflines(coef):
         # One kernel per pass, each bound by its own GEMM or its own bytes: a backward's data
         # gradient may be compute-bound while its weight gradient streams the activations.
@@ -190,14 +190,13 @@ def conv_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> fl
         body = 0.0
         for gemm, part, nbytes in zip(cost.gemms, passes, pass_bytes):
             scale = pick(coef.conv_eff, ("conv", kind, part, family), 0.8)
-            body += max(wave_seconds(*gemm, cost.dtype, device, coef, scale), nbytes / bandwidth)
+            body += max(wave_seconds(*gemm, cost.dtype, device, coef, scale), nbytes / conv_bandwidth)
     else:
         scale = pick(coef.conv_eff, ("conv", kind, "fwd", family), 0.8)
         compute = cost.flops / (peak_flops(device, cost.dtype) * pick(coef.gemm_eff, ("gemm", family), 0.7) * scale)
-        body = max(compute, cost.bytes / bandwidth)
-    bandwidth = _bandwidth(device)
+        body = max(compute, cost.bytes / conv_bandwidth)
     passes_of_layout = pick(coef.extra, ("conv_layout_passes", kind, direction, family), 1.0)
-    layout = cost.layout_bytes * passes_of_layout / (bandwidth * coef.memory_efficiency("elementwise", cost.dtype))
+    layout = memory_seconds(cost.layout_bytes * passes_of_layout, device, coef, "elementwise", cost.dtype)
     aux = _bias_seconds(cost, device, coef)
     latency = pick(coef.latency_s, ("conv", kind, direction), 0.0)
     if kind == "grouped" and cost.dims:
