@@ -13,6 +13,10 @@ bandwidth efficiencies and latencies) are fitted to that class's device-bound ro
 least twice the host time), by coordinate descent on the absolute log error (the median ratio)
 with a weak pull toward physical starting values.
 
+Stage 1b (kernel profiles, ``profile_top`` of ``data/steps.jsonl``): the bandwidth fraction of
+kernels no op row times (:data:`PROFILED`: pooling, forward and backward), from the device time
+the profiled steps spent in them.
+
 Stage 2 (step level, ``data/steps.jsonl``): the few constants no op row can show -- the step
 loop's own host time and the device's per-kernel floor and launch latency -- are fitted on
 whole steps. :data:`STEP_PARAMS` lists them; every other coefficient stays as stage 1 left it,
@@ -28,6 +32,7 @@ import argparse
 import math
 import os
 import random
+import statistics
 import sys
 import time
 from collections import defaultdict
@@ -137,8 +142,11 @@ INITIAL = CostCoefficients(
     gemm_tile_eff={"tensor": 4096.0, "simt": 2048.0},
     conv_eff={"conv": 0.8},
     attention_eff={"attention": 0.5},
+    # No efficiency of their own for the optimizer's and the grad scaler's multi-tensor kernels: they
+    # are elementwise kernels over 64K-element chunks and take the elementwise one (no op row times
+    # them; the AdamW kernels in steps.jsonl's kernel profiles agree with it within 3% in fp32).
     mem_eff={"elementwise": 0.85, "cast": 0.85, "reduction": 0.8, "norm": 0.6, "batch_norm": 0.4,
-             "batch_norm_native": 0.3, "pool": 0.5, "embedding": 0.3, "optimizer": 0.75, "scaler": 0.7,
+             "batch_norm_native": 0.3, "pool": 0.5, "embedding": 0.3,
              "conv_dw": 0.3, "conv": 0.6, "gemm": 0.8, "attention": 0.8, "recurrent": 0.8},
     kernel_floor_s=2.5e-6,
     host_op_s={"forward": 10e-6, "backward": 10e-6, "optimizer": 10e-6},
@@ -327,6 +335,40 @@ def fit_ops(measurements: list[Measurement], start: CostCoefficients = INITIAL, 
     return coef
 
 
+# ------------------------------------------------------------------ kernels no op row times
+
+#: Kernels ``ops.jsonl`` has no rows for, timed instead by the kernel profiles of ``steps.jsonl``
+#: (``profile_top``: each aten op's device milliseconds over one profiled step): the bandwidth
+#: fraction (``mem_eff`` key) the aten ops' traced bytes need to take their profiled time.
+PROFILED: dict[str, tuple[str, ...]] = {
+    "pool:fwd": ("max_pool2d_with_indices",),
+    "pool:bwd": ("max_pool2d_with_indices_backward",),
+}
+
+
+def fit_profiled(coef: CostCoefficients, cases: list[StepCase]) -> CostCoefficients:
+    """Stage 1b: each :data:`PROFILED` efficiency, the median over every profiled step that runs
+    those ops (a per-kernel measurement like an op row's, taken inside a training step)."""
+    from h100_data import load_measured
+
+    measured = load_measured()
+    bandwidth = DEVICE.memory_bw_gbs * 1e9
+    mem_eff = dict(coef.mem_eff)
+    for key, names in PROFILED.items():
+        fractions = []
+        for case in cases:
+            profile = {name: ms for name, _calls, ms in measured[(case.workload, case.precision)].profile}
+            for name in names:
+                ms = profile.get(f"aten::{name}")
+                nbytes = sum(op.cost.bytes for op in case.trace.ops if op.name == f"aten.{name}.default")
+                if ms and nbytes:
+                    fractions.append(nbytes / (bandwidth * ms * 1e-3))
+        if fractions:
+            mem_eff[key] = statistics.median(fractions)
+            print(f"  mem_eff[{key!r}] = {mem_eff[key]:.4g} (median of {len(fractions)} profiled steps)")
+    return replace(coef, mem_eff=mem_eff)
+
+
 # ---------------------------------------------------------------------------------- step level
 
 @dataclass(frozen=True)
@@ -437,6 +479,9 @@ def main() -> None:
         print(f"{len(measurements)} op measurements ({time.perf_counter() - started:.0f}s); stage 1, op level:")
         coef = fit_ops(measurements, INITIAL, args.rounds)
     cases = step_data.load_cases()
+    if not args.steps_only:
+        print("stage 1b, kernels no op row times, from the kernel profiles of steps.jsonl:")
+        coef = fit_profiled(coef, cases)
     print(f"stage 2, step level, on {len(cases)} measured steps")
     timelines = [StepTimeline(c, coef) for c in cases]
     started = time.perf_counter()

@@ -521,9 +521,11 @@ def describe_op(
     inputs = _tensors((args, kwargs))
     outputs = _tensors(out)
     mutated, fresh = _write_slots(func)
-    read = sum(_tensor_bytes(t) for t in inputs)
+    # A tensor passed twice (``addcmul(v, g, g)``, ``x * x``) is read from memory once.
+    read = sum(_tensor_bytes(t) for t in {id(t): t for t in inputs}.values())
     written = sum(_tensor_bytes(t) for t in _tensors([args[i] for i in mutated if i < len(args)]))
-    out_list = out if isinstance(out, (tuple, list)) else (out,)
+    # One return that is a list (``_foreach_sqrt`` returns ``Tensor[]``) is one slot holding them all.
+    out_list = out if isinstance(out, (tuple, list)) and len(fresh) > 1 else (out,)
     for is_fresh, value in zip(fresh, out_list):
         if is_fresh:
             written += sum(_tensor_bytes(t) for t in _tensors(value))
@@ -624,6 +626,10 @@ def describe_op(
         elif name == "_safe_softmax" and inputs and outputs:
             read, written = _safe_softmax_bytes(inputs[0], outputs[0], _arg(func, args, kwargs, "dim", -1))
 
+    if op_class == "pool" and name.endswith("_backward") and len(args) > 1:
+        # A pooling backward is handed its forward input for the shape only: the kernel reads the
+        # output gradient (and a max's indices) and writes the input's gradient.
+        inputs = [t for t in inputs if t is not args[1]]
     if op_class in _ELEMENT_BOUND and kernel_family != "depthwise_cudnn":
         read = sum(_tensor_bytes(t, 4) for t in inputs if t.is_floating_point())
         read += sum(_tensor_bytes(t) for t in inputs if not t.is_floating_point())

@@ -268,6 +268,45 @@ def test_batch_norm_records_its_feature_map_size_for_nchw_input_only():
         assert _batch_norm_dims(channels_last) == (8 * 49, 16)
 
 
+def _describe(func, args, phase="optimizer"):
+    return describe_op(func, args, {}, func(*args), matmul_tf32=False, conv_tf32=False, phase=phase)
+
+
+def test_multi_tensor_ops_count_each_list_once_and_every_returned_tensor():
+    with FakeTensorMode():
+        moments = [torch.empty(1000), torch.empty(3000)]
+        grads = [torch.empty(1000), torch.empty(3000)]
+        # AdamW's second moment: v += (1 - beta2) * g * g reads g once, so v and g in, v out.
+        addcmul = _describe(torch.ops.aten._foreach_addcmul_.Scalar, (moments, grads, grads, 0.001))
+        assert addcmul.op_class == "optimizer"
+        assert addcmul.bytes == 4 * 4000 * 3
+        # Out of place, one Tensor[] return: all of its tensors are written.
+        sqrt = _describe(torch.ops.aten._foreach_sqrt.default, (moments,))
+        assert sqrt.bytes == 4 * 4000 * 2
+        x = torch.empty(64, 128)
+        square = _describe(torch.ops.aten.mul.Tensor, (x, x), phase="forward")
+        assert square.bytes == 4 * 64 * 128 * 2
+
+
+def test_max_pool_backward_reads_the_output_gradient_and_indices_not_the_input():
+    with FakeTensorMode():
+        x = torch.empty(2, 8, 16, 16, dtype=torch.bfloat16)
+        out, indices = torch.ops.aten.max_pool2d_with_indices.default(x, [2, 2], [2, 2])
+        grad = torch.empty_like(out)
+        args = (grad, x, [2, 2], [2, 2], [0, 0], [1, 1], False, indices)
+        cost = _describe(torch.ops.aten.max_pool2d_with_indices_backward.default, args, phase="backward")
+        # Counted at fp32 width (pooling runs as fast in every dtype): the output gradient and
+        # the int64 indices in, the input's gradient out.
+        assert cost.bytes == out.numel() * (4 + 8) + x.numel() * 4
+
+
+def test_multi_tensor_kernels_stream_at_the_elementwise_efficiency():
+    # No op row times the optimizer's or the grad scaler's kernels on their own; they are
+    # elementwise kernels over chunks and take that class's efficiency.
+    for op_class in ("optimizer", "scaler"):
+        assert HOPPER.memory_efficiency(op_class, "bf16") == HOPPER.mem_eff["elementwise"]
+
+
 def test_shipped_coefficients_are_fractions_of_peak():
     for table in (HOPPER.gemm_eff, HOPPER.attention_eff):
         assert all(0.0 < v <= 1.5 for v in table.values())
