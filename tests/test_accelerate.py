@@ -100,7 +100,8 @@ def test_save_state_and_load_state_carry_the_calibration_and_the_position(tmp_pa
 
 def test_two_processes_through_torchrun_with_gloo():
     env = dict(os.environ, ACCELERATE_USE_CPU="1", OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517",
+    # --standalone: the rendezvous takes a free port (a fixed one can still be held by another run).
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                EXAMPLE, "--device", "h100-sxm", "--samples", "512", "--epochs", "1"]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
