@@ -31,6 +31,11 @@ COEF = replace(HOPPER, gemm_eff={"gemm": 0.5, "misaligned:bf16:1": 0.25}, gemm_k
                mem_eff={"elementwise": 1.0, "gemm": 1.0})
 
 
+def _describe(func, args, *, phase: str) -> OpCost:
+    """``func`` run on ``args`` (under the caller's fake mode), described without TF32."""
+    return describe_op(func, args, {}, func(*args), matmul_tf32=False, conv_tf32=False, phase=phase)
+
+
 def test_pick_takes_the_most_specific_key():
     table = {"conv": 1.0, "conv:dense": 2.0, "conv:dense:wgrad:bf16": 3.0}
     assert pick(table, ("conv", "dense", "wgrad", "bf16"), 0.0) == 3.0
@@ -158,14 +163,10 @@ def _conv_cost(x: torch.Tensor, c_out: int, bias: bool = False, backward: bool =
     w = torch.empty(c_out, x.shape[1] // groups, kernel, kernel, dtype=x.dtype)
     conv = (x, w, torch.empty(c_out) if bias else None, [stride, stride], [kernel // 2] * 2, [1, 1], False, [0, 0],
             groups)
-    out = torch.ops.aten.convolution.default(*conv)
     if not backward:
-        return describe_op(torch.ops.aten.convolution.default, conv, {}, out, matmul_tf32=False, conv_tf32=False,
-                           phase="forward")
-    args = (out, x, w, None, *conv[3:], [True, True, False])
-    grads = torch.ops.aten.convolution_backward.default(*args)
-    return describe_op(torch.ops.aten.convolution_backward.default, args, {}, grads, matmul_tf32=False,
-                       conv_tf32=False, phase="backward")
+        return _describe(torch.ops.aten.convolution.default, conv, phase="forward")
+    args = (torch.ops.aten.convolution.default(*conv), x, w, None, *conv[3:], [True, True, False])
+    return _describe(torch.ops.aten.convolution_backward.default, args, phase="backward")
 
 
 def test_channels_first_convolution_tiles_each_images_pixels():
@@ -223,9 +224,7 @@ def test_each_pass_of_a_convolution_is_bound_by_its_own_gemm_or_bytes():
         # A first layer's backward: no gradient for its input.
         args = (torch.empty(8, 128, 14, 14), x, torch.empty(128, 64, 3, 3), None, [1, 1], [1, 1], [1, 1], False,
                 [0, 0], 1, [False, True, False])
-        grads = torch.ops.aten.convolution_backward.default(*args)
-        grad_first = describe_op(torch.ops.aten.convolution_backward.default, args, {}, grads, matmul_tf32=False,
-                                 conv_tf32=False, phase="backward")
+        grad_first = _describe(torch.ops.aten.convolution_backward.default, args, phase="backward")
     data, weight, output = 8 * 64 * 196 * 4, 128 * 64 * 9 * 4, 8 * 128 * 196 * 4
     # The data gradient reads the output gradient and the weight and writes the input's gradient; the
     # weight gradient reads the output gradient and the input and writes the weight's.
@@ -254,9 +253,7 @@ def test_batch_norm_over_small_feature_maps_is_slower_per_byte():
 def _batch_norm_dims(x: torch.Tensor) -> tuple[int, ...]:
     channels = x.shape[1]
     args = (x, *(torch.empty(channels) for _ in range(4)), True, 0.1, 1e-5)
-    out = torch.ops.aten.native_batch_norm.default(*args)
-    return describe_op(torch.ops.aten.native_batch_norm.default, args, {}, out, matmul_tf32=False,
-                       conv_tf32=False, phase="forward").dims
+    return _describe(torch.ops.aten.native_batch_norm.default, args, phase="forward").dims
 
 
 def test_batch_norm_records_its_feature_map_size_for_nchw_input_only():
@@ -268,20 +265,16 @@ def test_batch_norm_records_its_feature_map_size_for_nchw_input_only():
         assert _batch_norm_dims(channels_last) == (8 * 49, 16)
 
 
-def _describe(func, args, phase="optimizer"):
-    return describe_op(func, args, {}, func(*args), matmul_tf32=False, conv_tf32=False, phase=phase)
-
-
 def test_multi_tensor_ops_count_each_list_once_and_every_returned_tensor():
     with FakeTensorMode():
         moments = [torch.empty(1000), torch.empty(3000)]
         grads = [torch.empty(1000), torch.empty(3000)]
         # AdamW's second moment: v += (1 - beta2) * g * g reads g once, so v and g in, v out.
-        addcmul = _describe(torch.ops.aten._foreach_addcmul_.Scalar, (moments, grads, grads, 0.001))
+        addcmul = _describe(torch.ops.aten._foreach_addcmul_.Scalar, (moments, grads, grads, 0.001), phase="optimizer")
         assert addcmul.op_class == "optimizer"
         assert addcmul.bytes == 4 * 4000 * 3
         # Out of place, one Tensor[] return: all of its tensors are written.
-        sqrt = _describe(torch.ops.aten._foreach_sqrt.default, (moments,))
+        sqrt = _describe(torch.ops.aten._foreach_sqrt.default, (moments,), phase="optimizer")
         assert sqrt.bytes == 4 * 4000 * 2
         x = torch.empty(64, 128)
         square = _describe(torch.ops.aten.mul.Tensor, (x, x), phase="forward")
