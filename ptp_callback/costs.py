@@ -518,11 +518,11 @@ def describe_op(
 ) -> OpCost:
     """Cost of one op that launches work (``op_kind(func) != "view"``)."""
     name = func.overloadpacket.__name__
-    inputs = _tensors((args, kwargs))
+    # A tensor passed twice (``addcmul(v, g, g)``, ``x * x``) is read from memory once.
+    inputs = list({id(t): t for t in _tensors((args, kwargs))}.values())
     outputs = _tensors(out)
     mutated, fresh = _write_slots(func)
-    # A tensor passed twice (``addcmul(v, g, g)``, ``x * x``) is read from memory once.
-    read = sum(_tensor_bytes(t) for t in {id(t): t for t in inputs}.values())
+    read = sum(_tensor_bytes(t) for t in inputs)
     written = sum(_tensor_bytes(t) for t in _tensors([args[i] for i in mutated if i < len(args)]))
     # One return that is a list (``_foreach_sqrt`` returns ``Tensor[]``) is one slot holding them all.
     out_list = out if isinstance(out, (tuple, list)) and len(fresh) > 1 else (out,)
