@@ -349,15 +349,12 @@ PROFILED: dict[str, tuple[str, ...]] = {
 def fit_profiled(coef: CostCoefficients, cases: list[StepCase]) -> CostCoefficients:
     """Stage 1b: each :data:`PROFILED` efficiency, the median over every profiled step that runs
     those ops (a per-kernel measurement like an op row's, taken inside a training step)."""
-    from h100_data import load_measured
-
-    measured = load_measured()
     bandwidth = DEVICE.memory_bw_gbs * 1e9
+    profiles = [{name: ms for name, _calls, ms in case.profile} for case in cases]
     mem_eff = dict(coef.mem_eff)
     for key, names in PROFILED.items():
         fractions = []
-        for case in cases:
-            profile = {name: ms for name, _calls, ms in measured[(case.workload, case.precision)].profile}
+        for case, profile in zip(cases, profiles):
             for name in names:
                 ms = profile.get(f"aten::{name}")
                 nbytes = sum(op.cost.bytes for op in case.trace.ops if op.name == f"aten.{name}.default")
@@ -377,6 +374,7 @@ class StepCase:
     precision: str
     measured_s: float
     trace: Any
+    profile: tuple[tuple[str, int, float], ...] = ()  # ``profile_top``: (aten op or kernel, calls, ms)
 
 
 class StepTimeline:

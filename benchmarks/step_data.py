@@ -84,6 +84,7 @@ def load_cases(only: set[str] | None = None, verbose: bool = True) -> list[StepC
     for (workload, precision), m in measured.items():
         if only and workload not in only:
             continue
-        cases.append(StepCase(workload, precision, m.step_s, cached_trace(workload, precision, verbose=verbose)))
+        cases.append(StepCase(workload, precision, m.step_s, cached_trace(workload, precision, verbose=verbose),
+                              m.profile))
     order = {p: i for i, p in enumerate(PRECISIONS)}
     return sorted(cases, key=lambda c: (c.workload, order.get(c.precision, 99)))
