@@ -69,7 +69,7 @@ class PrecisionTimeCallback(Callback):
             Off by default: on an H100 it left launch-bound training slower for the rest of the
             process; the ETA does not need it.
         warmup_batches: first training batches never used as steady measurements.
-        refresh_s: how often the ETA text is recomputed.
+        refresh_s: the longest the ETA text goes without being recomputed (sooner early in the fit).
         show_in_progress_bar: add ``eta`` to the progress bar's metrics.
         clock: seconds since an arbitrary origin; injectable for tests.
     """
@@ -198,7 +198,7 @@ class PrecisionTimeCallback(Callback):
             torch.cuda.synchronize(trainer.strategy.root_device)
         now = self.clock()
         forecaster.batch_end(now)
-        if now - self._last_refresh >= self.refresh_s:
+        if forecaster.refresh_due(now, self._last_refresh, self.refresh_s):
             self._refresh(now=now)
             step = trainer.global_step
             if trainer.loggers and step and not step % max(1, trainer.log_every_n_steps) and step != self._logged_step:
@@ -239,7 +239,8 @@ class PrecisionTimeCallback(Callback):
 
     def _refresh(self, force: bool = False, now: float | None = None) -> None:
         now = self.clock() if now is None else now
-        if (not force and now - self._last_refresh < self.refresh_s) or self.forecaster is None:
+        if self.forecaster is None or not force and not self.forecaster.refresh_due(now, self._last_refresh,
+                                                                                    self.refresh_s):
             return
         self._last_refresh = now
         remaining = self.last_remaining_s = self.forecaster.remaining_s(now)

@@ -180,7 +180,7 @@ class PrecisionTimeTrainerCallback(TrainerCallback, ExportableState):
         advise: predict the other precisions and warn (``PrecisionAdvice``) when one would be faster;
             ``"auto"``: only when that costs under 1% of the run.
         warmup_batches: first micro-batches never used as steady measurements.
-        refresh_s: how often the ETA text is recomputed.
+        refresh_s: the longest the ETA text goes without being recomputed (sooner early in the fit).
     """
 
     def __init__(self, device: str | None = None, *, advise: bool | str = "auto", warmup_batches: int = 3,

@@ -154,6 +154,12 @@ class _BatchTimes:
 OVERRUN_SHARE = 0.2
 
 
+# An ETA on show is never older than this share of the fit so far (nor than the caller's refresh
+# interval): the plan's ETA is replaced by one from measured batches within a fraction of a
+# second of the first ones, not after a whole interval, which in a fit of seconds is 10% of it.
+REFRESH_SHARE = 0.05
+
+
 def _left_of_occurrence(expected: float, spent: float) -> float:
     """Seconds left of an occurrence expected to take ``expected`` that has run ``spent`` so far."""
     return max(expected - spent, OVERRUN_SHARE * expected if spent > 0 else 0.0)
@@ -509,6 +515,11 @@ class RunForecaster:
         if self.ended and self._t is not None:
             now = min(now, self._t)
         return self.elapsed_before_s + (now - self.t0 if self.t0 is not None else 0.0)
+
+    def refresh_due(self, now: float, last_refresh: float, refresh_s: float) -> bool:
+        """Whether an ETA computed at ``last_refresh`` is due to be computed again at ``now``: after
+        ``refresh_s``, or sooner while the fit is young (:data:`REFRESH_SHARE` of its elapsed time)."""
+        return now - last_refresh >= min(refresh_s, REFRESH_SHARE * self.elapsed_s(now))
 
     def remaining_s(self, now: float) -> float | None:
         """Seconds left in the fit at ``now`` (``None`` when the fit's length is unknown)."""

@@ -130,7 +130,7 @@ class RunTracker:
         main_process: only the main process predicts, shows and prints.
         advice_as_warning: give the advice as a ``PrecisionAdvice`` warning instead of a line.
         warmup_batches: first batches never used as steady measurements.
-        refresh_s: how often the ETA text is recomputed.
+        refresh_s: the longest the ETA text goes without being recomputed (sooner early in the fit).
         clock: seconds since an arbitrary origin; injectable for tests.
     """
 
@@ -335,8 +335,7 @@ class RunTracker:
         """One unit of the loop (a batch or a step) is done: the bar moves, the ETA refreshes when due."""
         if self._bar is not None:
             self._bar.update(1)
-        if now - self._last_refresh >= self.refresh_s:
-            self.refresh(now)
+        self.refresh(now)
 
     def _end_epoch(self) -> None:
         if not self.active or self._in_epoch is None:
@@ -445,9 +444,10 @@ class RunTracker:
 
     # ---------------------------------------------------------------------------------- the ETA
     def refresh(self, now: float | None = None, *, force: bool = False) -> None:
-        """Recompute the ETA text (at most every ``refresh_s``) and show it in the bar."""
+        """Recompute the ETA text when due (every ``refresh_s``, more often early in the run:
+        :meth:`~ptp_callback.forecast.RunForecaster.refresh_due`) and show it in the bar."""
         now = self.clock() if now is None else now
-        if not self.active or not force and now - self._last_refresh < self.refresh_s:
+        if not self.active or not force and not self.forecaster.refresh_due(now, self._last_refresh, self.refresh_s):
             return
         self._last_refresh = now
         try:
@@ -472,7 +472,7 @@ class RunTracker:
     def postfix(self) -> dict[str, str]:
         """The ETA for your own tqdm bar: ``bar.set_postfix(loss=..., **tracker.postfix())``.
 
-        ``{"eta": "04:12 bf16-mixed"}`` (refreshed at most every ``refresh_s``); ``{}`` while unknown.
+        ``{"eta": "04:12 bf16-mixed"}`` (recomputed when due: :meth:`refresh`); ``{}`` while unknown.
         """
         if self.active and not self.closed:
             self.refresh()

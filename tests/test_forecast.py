@@ -8,7 +8,7 @@ import pytest
 
 from fit_events import Costs, feed, play
 from ptp_callback.checkpoints import CheckpointSettings, save_positions
-from ptp_callback.forecast import OVERRUN_SHARE, RunForecaster
+from ptp_callback.forecast import OVERRUN_SHARE, REFRESH_SHARE, RunForecaster
 from ptp_callback.run_plan import RunPlan
 from ptp_callback.schedule import EPOCH_END, FitStart, build_schedule
 
@@ -393,3 +393,17 @@ def test_the_plan_and_report_lines_name_each_part():
     report = report_line(forecaster.initial_parts, forecaster.parts(32.7), 32.7, forecaster.before_step_one_s)
     assert report.startswith("fit took 32.7s, predicted before step one 32.7s (+0.0%): ")
     assert "checkpoints 6.0s (predicted 6.0s)" in report and "train 20.0s (predicted 20.0s)" in report
+
+
+def test_the_eta_is_recomputed_sooner_while_the_fit_is_young():
+    forecaster = RunForecaster(schedule_of())
+    forecaster.fit_start(10.0)
+    # Two seconds in, an ETA 0.15 s old is due (over 5% of the fit so far), one 0.05 s old is not.
+    assert REFRESH_SHARE * 2.0 == pytest.approx(0.1)
+    assert forecaster.refresh_due(12.0, 11.85, 1.0)
+    assert not forecaster.refresh_due(12.0, 11.95, 1.0)
+    # A minute in, the caller's interval rules: due after 1 s, not after 0.5 s.
+    assert forecaster.refresh_due(70.0, 69.0, 1.0)
+    assert not forecaster.refresh_due(70.0, 69.5, 1.0)
+    # refresh_s=0 recomputes at every call.
+    assert forecaster.refresh_due(70.0, 70.0, 0.0)
