@@ -93,6 +93,15 @@ def cpu_host(host_speed: float) -> HostCosts:
                    source=f"defaults for a CPU host, the loop's work scaled by its per-op time ({host_speed:.2f}x)")
 
 
+def spare_cpu_cores() -> int:
+    """Cores this process may run on that torch's intra-op threads leave idle (for loader workers)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(0, cores - torch.get_num_threads())
+
+
 def probe_host(
     base: HostCosts,
     *,

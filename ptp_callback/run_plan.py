@@ -6,7 +6,8 @@ which the forecaster multiplies by the schedule's counts:
 
 * a training batch: the step without its optimizer phase, the loop's per-batch work, the batch's
   copy to a GPU, and the data-loader wait (without workers the loader runs inside the loop; with
-  ``n`` workers only what they cannot hide: ``load_s / n - compute``);
+  ``n`` workers only what they cannot hide: ``load_s / n - compute``, and on a CPU fit whatever of
+  their work the cores the step leaves idle cannot hold: the rest runs on the step's own cores);
 * an optimizer step: the step's optimizer phase plus gradient communication across GPUs;
 * a validation run: its loader's start, then its batches (the validation step and the loop);
 * an epoch boundary: the training loader's start (once only with ``persistent_workers``);
@@ -120,6 +121,7 @@ def plan_run(
     comm_s: float = 0.0,
     loader_started_before_first_epoch: bool = False,
     sanity_calibrates: bool = False,
+    spare_cores: int | None = None,
 ) -> RunPlan:
     """Per-unit costs of a fit (see the module doc).
 
@@ -129,16 +131,17 @@ def plan_run(
     ``model_bytes_to_cpu_at_end``: what the framework copies back to the host at teardown
     (Lightning moves the model to the CPU); ``loader_started_before_first_epoch``: the training
     loader's workers are already running when the first epoch starts (Lightning starts them while
-    setting up).
+    setting up). ``spare_cores``: on a CPU fit, the cores the step's threads leave idle for loader
+    workers (``None`` on a GPU, where the step runs on the device and the cores are the workers').
     """
     compute = train.step_s - train.optimizer_s
     input_s = train_loader.batch_bytes / host.input_bytes_per_s if on_gpu else 0.0
-    train_batch = compute + host.loop_s + input_s + _data_wait(train_loader, compute)
+    train_batch = compute + host.loop_s + input_s + _data_wait(train_loader, compute, spare_cores)
     val_batch = 0.0
     if val is not None:
         val_compute = val.step_s
         val_input = val_loader.batch_bytes / host.input_bytes_per_s if on_gpu else 0.0
-        val_batch = val_compute + host.val_loop_s + val_input + _data_wait(val_loader, val_compute)
+        val_batch = val_compute + host.val_loop_s + val_input + _data_wait(val_loader, val_compute, spare_cores)
     val_start = _loader_start(host, val_loader)
     epoch = 0.0 if train_loader.persistent_workers else _loader_start(host, train_loader)
     first_epoch = 0.0 if loader_started_before_first_epoch else _loader_start(host, train_loader)
@@ -171,12 +174,17 @@ def plan_run(
     )
 
 
-def _data_wait(loader: LoaderFacts, compute_s: float) -> float:
+def _data_wait(loader: LoaderFacts, compute_s: float, spare_cores: int | None = None) -> float:
     """Seconds a batch waits for data: all of its loading without workers; with ``n`` workers
-    only what they cannot hide behind the step."""
+    only what they cannot hide behind the step. On a CPU fit the workers share the cores with
+    the step: what the idle cores cannot hold takes the step's cores from it (on a 2-core machine
+    with 2 intra-op threads, all of it: workers there were no faster than loading in the loop)."""
     if loader.num_workers <= 0:
         return loader.load_s
-    return max(0.0, loader.load_s / loader.num_workers - compute_s)
+    behind = max(0.0, loader.load_s / loader.num_workers - compute_s)
+    if spare_cores is None:
+        return behind
+    return max(behind, loader.load_s - spare_cores * compute_s)
 
 
 def _loader_start(host: HostCosts, loader: LoaderFacts) -> float:

@@ -18,7 +18,7 @@ import torch
 
 from .coefficients import CostCoefficients
 from .devices import DeviceSpec
-from .host_costs import CPU_HOST, H100_HOST, HostCosts, cpu_host, probe_host
+from .host_costs import CPU_HOST, H100_HOST, HostCosts, cpu_host, probe_host, spare_cpu_cores
 from .precision import PrecisionSpec
 from .predict import StepPrediction, simulate
 from .run_plan import LoaderFacts, RunPlan, StepCosts, plan_run
@@ -122,7 +122,7 @@ def predict_run(
                     saves_replace_previous=bool(checkpoint and checkpoint.replaces_previous),
                     model_bytes_to_cpu_at_end=float(trace.param_bytes) if model_to_cpu_at_end and on_gpu else 0.0,
                     comm_s=comm_s, loader_started_before_first_epoch=loader_started_before_first_epoch,
-                    sanity_calibrates=not on_gpu)
+                    sanity_calibrates=not on_gpu, spare_cores=None if on_gpu else spare_cpu_cores())
     return RunPrediction(trace, step, val_step, plan, spec, coef, host, checkpoint_bytes, 0.0 if cached else trace_s,
                          cached, list(trace.notes))
 

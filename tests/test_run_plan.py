@@ -46,6 +46,19 @@ def test_workers_slower_than_the_step_make_it_wait():
     assert plan.train_batch_s == pytest.approx(0.05 + 0.004 + (0.3 / 2 - 0.05))
 
 
+def test_on_a_cpu_workers_hide_only_what_the_cores_the_step_leaves_idle_can_hold():
+    loader = LoaderFacts(num_workers=2, load_s=0.03)
+    # Every core runs the step: the workers' 30 ms a batch take them from it, as loading in the loop would.
+    busy = plan_run(StepCosts(0.1), None, HOST, on_gpu=False, train_loader=loader, spare_cores=0)
+    assert busy.train_batch_s == pytest.approx(0.1 + 0.004 + 0.03)
+    # One idle core holds 100 ms of their work a batch: nothing is left to wait for.
+    spare = plan_run(StepCosts(0.1), None, HOST, on_gpu=False, train_loader=loader, spare_cores=1)
+    assert spare.train_batch_s == pytest.approx(0.1 + 0.004)
+    # Half of the work fits on the idle core beside a 15 ms step.
+    short = plan_run(StepCosts(0.015), None, HOST, on_gpu=False, train_loader=loader, spare_cores=1)
+    assert short.train_batch_s == pytest.approx(0.015 + 0.004 + 0.015)
+
+
 def test_persistent_workers_start_once_and_a_started_loader_costs_its_first_epoch_nothing():
     persistent = plan_run(StepCosts(0.1), None, HOST, on_gpu=True,
                           train_loader=LoaderFacts(num_workers=4, persistent_workers=True))
