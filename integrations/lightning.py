@@ -239,14 +239,14 @@ class PrecisionTimeCallback(Callback):
 
     def _refresh(self, force: bool = False, now: float | None = None) -> None:
         now = self.clock() if now is None else now
-        if self.forecaster is None or not force and not self.forecaster.refresh_due(now, self._last_refresh,
-                                                                                    self.refresh_s):
+        forecaster = self.forecaster
+        if forecaster is None or not force and not forecaster.refresh_due(now, self._last_refresh, self.refresh_s):
             return
         self._last_refresh = now
-        remaining = self.last_remaining_s = self.forecaster.remaining_s(now)
+        remaining = self.last_remaining_s = forecaster.remaining_s(now)
         self.eta_text = f"{format_clock(remaining)} {self.precision_label}".strip() if remaining is not None else ""
-        if self.calibrated_total_s is None and remaining is not None and self.forecaster.batches.samples >= 10:
-            self.calibrated_total_s = self.forecaster.total_s(now)
+        if self.calibrated_total_s is None and remaining is not None and forecaster.batches.samples >= 10:
+            self.calibrated_total_s = forecaster.total_s(now)
 
     # ------------------------------------------------------------------------------ fit end
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
