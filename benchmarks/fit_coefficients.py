@@ -115,7 +115,8 @@ OP_PARAMS: dict[str, list[Param]] = {
         *[("extra", f"{c}_run_half:{p}", 1.0, 4096.0) for c in ("batch_norm", "batch_norm_native") for p in ("fwd", "bwd")],
     ],
     "memory": [
-        ("mem_eff", "elementwise", 0.3, 1.0), ("mem_eff", "cast", 0.2, 1.0), ("mem_eff", "reduction", 0.2, 1.0),
+        ("mem_eff", "elementwise", 0.3, 1.0), ("mem_eff", "cast:narrowing", 0.2, 1.0),
+        ("mem_eff", "cast:widening", 0.2, 1.0), ("mem_eff", "reduction", 0.2, 1.0),
         ("latency_s", "reduction", 0.0, 30e-6), ("mem_eff", "embedding:fwd", 0.02, 1.0),
         ("mem_eff", "embedding:bwd", 0.02, 1.0),
     ],

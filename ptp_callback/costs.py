@@ -161,7 +161,7 @@ class OpCost:
     where a class has several (convolutions: ``dense``, ``pointwise``, ``grouped``, ``depthwise``,
     ``depthwise_cudnn`` where PyTorch hands a depthwise one to cuDNN (:mod:`conv_dispatch`);
     attention: ``flash``, ``efficient``; recurrent layers: ``lstm``, ``gru``, ``rnn_tanh``,
-    ``rnn_relu``) and ``dims`` holds the shape the class's time model needs (attention:
+    ``rnn_relu``; casts: ``narrowing`` to a smaller dtype, ``widening`` to a larger one) and ``dims`` holds the shape the class's time model needs (attention:
     ``(batch, q_heads, kv_heads, q_len, kv_len, head_dim, value_dim)``; recurrent:
     ``(gates, layers, directions, batch, seq, input, hidden, proj)``; convolution:
     ``(n, c_in, c_out, in_pixels, out_pixels, kernel_pixels, groups, stride)``; batch norm:
@@ -617,10 +617,14 @@ def describe_op(
         dims = _norm_rows(func, args, kwargs)
     elif op_class is None:
         op_class = "elementwise"
+        source = target = None
         if name == "copy_" and len(args) > 1 and isinstance(args[1], torch.Tensor):
-            op_class = "cast" if args[0].dtype != args[1].dtype else "elementwise"
+            source, target = args[1].dtype, args[0].dtype
         elif name == "_to_copy" and outputs and inputs:
-            op_class = "cast" if inputs[0].dtype != outputs[0].dtype else "elementwise"
+            source, target = inputs[0].dtype, outputs[0].dtype
+        if source is not None and source != target:
+            op_class = "cast"
+            kernel_family = "narrowing" if target.itemsize < source.itemsize else "widening"
         if name in _FILL_OPS:
             read = 0  # write-only kernels (their "inputs" are shapes or a template)
         elif name == "_safe_softmax" and inputs and outputs:
