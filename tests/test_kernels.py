@@ -343,3 +343,20 @@ def test_fp16_depthwise_convolutions_that_pytorch_hands_to_cudnn_are_priced_as_c
     assert kernel_seconds(OpRecord("aten.convolution.default", "forward", "", fp16[3]), h100, coef_cpu) == pytest.approx(
         kernel_seconds(OpRecord("aten.convolution.default", "forward", "", replace(fp16[3], kernel="depthwise")), h100,
                        coef_cpu))
+
+
+def test_a_cast_to_a_smaller_dtype_streams_at_its_own_rate():
+    with FakeTensorMode():
+        x = torch.empty(1024, 1024)
+        down = describe_op(torch.ops.aten._to_copy.default, (x,), {"dtype": torch.bfloat16},
+                           x.to(torch.bfloat16), matmul_tf32=False, conv_tf32=False, phase="forward")
+        y = torch.empty(1024, 1024, dtype=torch.bfloat16)
+        up = describe_op(torch.ops.aten._to_copy.default, (y,), {"dtype": torch.float32},
+                         y.float(), matmul_tf32=False, conv_tf32=False, phase="forward")
+    assert (down.op_class, down.kernel, up.op_class, up.kernel) == ("cast", "narrowing", "cast", "widening")
+    assert down.bytes == up.bytes == 6 * 1024 * 1024
+    # The same 6 MiB at 1000 GB/s: 7.0 us at 0.9 of it, 10.5 us at 0.6.
+    coef = replace(COEF, mem_eff={"elementwise": 1.0, "cast": 0.5, "cast:narrowing": 0.9, "cast:widening": 0.6})
+    op = OpRecord("aten._to_copy.default", "forward", "", down)
+    assert kernel_seconds(op, TOY, coef) == pytest.approx(6 * 2**20 / 0.9e12)
+    assert kernel_seconds(replace(op, cost=up), TOY, coef) == pytest.approx(6 * 2**20 / 0.6e12)
