@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 
 import pytest
+import torch
 
-from ptp_callback.host_costs import CPU_HOST, H100_HOST, cpu_host, probe_host
+from ptp_callback.host_costs import CPU_HOST, H100_HOST, cpu_host, probe_host, spare_cpu_cores
 
 
 @pytest.fixture
@@ -44,3 +45,15 @@ def test_a_cpu_hosts_loop_work_scales_with_its_time_per_op():
     assert slow.loop_s == slow.val_loop_s == pytest.approx(2 * H100_HOST.loop_s)
     assert (slow.loader_start_s, slow.end_s, slow.input_bytes_per_s) == (
         CPU_HOST.loader_start_s, CPU_HOST.end_s, CPU_HOST.input_bytes_per_s)
+
+
+def test_spare_cores_are_those_the_intra_op_threads_leave_idle():
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert spare_cpu_cores() == cores - 1
+        torch.set_num_threads(cores + 2)  # more threads than cores: none spare, never negative
+        assert spare_cpu_cores() == 0
+    finally:
+        torch.set_num_threads(threads)
