@@ -76,9 +76,12 @@ class CostCoefficients:
     source: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def memory_efficiency(self, op_class: str, dtype: str, backward: bool = False) -> float:
-        """Fraction of DRAM bandwidth: most specific of ``class:dir:dtype``, ``class:dir``,
-        ``class``, else the elementwise value."""
+    def memory_efficiency(self, op_class: str, dtype: str, backward: bool = False, kernel: str = "") -> float:
+        """Fraction of DRAM bandwidth: ``class:kernel`` for a kernel family that has its own (a
+        cast's ``narrowing`` or ``widening``), else the most specific of ``class:dir:dtype``,
+        ``class:dir``, ``class``, else the elementwise value."""
+        if kernel and f"{op_class}:{kernel}" in self.mem_eff:
+            return self.mem_eff[f"{op_class}:{kernel}"]
         return pick(self.mem_eff, (op_class, "bwd" if backward else "fwd", dtype), self.mem_eff["elementwise"])
 
 

@@ -323,11 +323,9 @@ def kernel_seconds(op: OpRecord, device: DeviceSpec, coef: CostCoefficients) -> 
         return floor + recurrent_seconds(cost, device, coef)
     bandwidth = _bandwidth(device)
     direction = "bwd" if cost.backward else "fwd"
-    efficiency = coef.memory_efficiency(cost.op_class, cost.dtype, cost.backward)
-    if cost.op_class == "cast" and cost.kernel:
-        # A cast to a smaller dtype streams faster than one to a larger dtype of the same bytes
-        # (H100, 100 MB-1.6 GB: fp32 -> bf16 at 3.0 TB/s, bf16 -> fp32 at 1.95 TB/s).
-        efficiency = coef.mem_eff.get(f"cast:{cost.kernel}", efficiency)
+    # A kernel family may stream at its own rate: a cast to a smaller dtype faster than one to a
+    # larger dtype of the same bytes (H100, 100 MB-1.6 GB: fp32 -> bf16 3.0 TB/s, bf16 -> fp32 1.95).
+    efficiency = coef.memory_efficiency(cost.op_class, cost.dtype, cost.backward, cost.kernel)
     moved = cost.bytes + cost.aux_bytes
     if moved < coef.extra.get("cache_bytes", 0.0):
         bandwidth = coef.extra["cache_bw_gbs"] * 1e9  # a CPU: small tensors stay in its caches
