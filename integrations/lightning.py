@@ -199,7 +199,7 @@ class PrecisionTimeCallback(Callback):
         now = self.clock()
         forecaster.batch_end(now)
         if forecaster.refresh_due(now, self._last_refresh, self.refresh_s):
-            self._refresh(now=now)
+            self._refresh(force=True, now=now)  # due: checked once
             step = trainer.global_step
             if trainer.loggers and step and not step % max(1, trainer.log_every_n_steps) and step != self._logged_step:
                 self._logged_step = step
