@@ -13,7 +13,10 @@ broad shape grids (``benchmarks/fit_coefficients.py``), never on a model:
   the memory time.
 * ``conv``: by kernel family and pass. Dense, 1x1 and grouped convolutions are their implicit
   GEMMs (forward; data and weight gradients, ``groups`` GEMMs each) through the wave model at a
-  per-family, per-pass efficiency, each pass never faster than its own bytes, plus cuDNN's
+  per-family, per-pass efficiency, each pass never faster than its own bytes (only the weight
+  gradient splits K: a forward or data-gradient kernel runs its output tiles over the whole
+  ``cin * kh * kw`` reduction, so a small output over a long one, like a 7x7 convolution of
+  many channels at 7x7 pixels, leaves most SMs idle), plus cuDNN's
   NCHW<->NHWC conversions for tensor-core math (none for a 1x1 stride-1 convolution),
   plus the bias (forward: PyTorch adds it in a pass of its own; backward: one more reduction).
   ``conv_dw``: depthwise convolutions run CUDA-core kernels whose time follows the multiply-adds
@@ -109,10 +112,11 @@ def memory_seconds(nbytes: float, device: DeviceSpec, coef: CostCoefficients, op
 
 
 def wave_seconds(batch: int, m: int, n: int, k: int, dtype: str, device: DeviceSpec, coef: CostCoefficients,
-                 scale: float = 1.0) -> float:
+                 scale: float = 1.0, max_split: int = 128) -> float:
     """Wave-quantized time of ``batch`` GEMMs of ``(m x k) @ (k x n)`` (see module doc).
 
-    ``scale`` multiplies the efficiency (convolutions' implicit GEMMs, misaligned kernels).
+    ``scale`` multiplies the efficiency (convolutions' implicit GEMMs, misaligned kernels);
+    ``max_split`` caps the split-K ways a kernel may use.
     """
     if batch == 0:
         return 0.0
@@ -120,14 +124,14 @@ def wave_seconds(batch: int, m: int, n: int, k: int, dtype: str, device: DeviceS
     per_sm = peak_flops(device, dtype) * pick(coef.gemm_eff, ("gemm", family), 0.7) * scale / device.sm_count
     kind = "simt" if family in ("fp32", "fp64") else "tensor"
     candidates = _wave_candidates(batch, m, n, k, kind, device.sm_count, pick(coef.gemm_k_fill, ("gemm", family), 64.0),
-                                  coef.gemm_tile_eff.get(kind, 0.0))
+                                  coef.gemm_tile_eff.get(kind, 0.0), max_split)
     bandwidth = _bandwidth(device) * coef.memory_efficiency("elementwise", "fp32")
     return min(units / per_sm + split_bytes / bandwidth for units, split_bytes in candidates)
 
 
 @lru_cache(maxsize=1 << 18)
 def _wave_candidates(batch: int, m: int, n: int, k: int, kind: str, sms: int, k_fill: float,
-                     a0: float) -> tuple[tuple[float, float], ...]:
+                     a0: float, max_split: int = 128) -> tuple[tuple[float, float], ...]:
     """Per tile and split-K choice: the FLOPs one SM runs over all waves (at the tile's relative
     rate), and the bytes of fp32 partial sums a split-K writes and reads back. Cached: the fits
     evaluate the same shapes thousands of times."""
@@ -139,7 +143,7 @@ def _wave_candidates(batch: int, m: int, n: int, k: int, kind: str, sms: int, k_
         relative = (area / (area + a0)) / (largest / (largest + a0))
         base_ctas = batch * math.ceil(m / rows) * math.ceil(n / cols)
         for split in _SPLITS:
-            if split > 1 and (k / split < 256 or base_ctas >= sms):
+            if split > max_split or split > 1 and (k / split < 256 or base_ctas >= sms):
                 break
             waves = math.ceil(base_ctas * split / sms)
             units = waves * 2.0 * rows * cols * (k / split + k_fill) / relative
@@ -190,7 +194,8 @@ def conv_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> fl
         body = 0.0
         for gemm, part, nbytes in zip(cost.gemms, passes, pass_bytes):
             scale = pick(coef.conv_eff, ("conv", kind, part, family), 0.8)
-            body += max(wave_seconds(*gemm, cost.dtype, device, coef, scale), nbytes / conv_bandwidth)
+            splits = _SPLITS[-1] if part == "wgrad" else 1
+            body += max(wave_seconds(*gemm, cost.dtype, device, coef, scale, splits), nbytes / conv_bandwidth)
     else:
         scale = pick(coef.conv_eff, ("conv", kind, "fwd", family), 0.8)
         compute = cost.flops / (peak_flops(device, cost.dtype) * pick(coef.gemm_eff, ("gemm", family), 0.7) * scale)

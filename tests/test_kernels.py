@@ -240,6 +240,31 @@ def test_each_pass_of_a_convolution_is_bound_by_its_own_gemm_or_bytes():
     assert kernel_seconds(op, TOY, unit_rates) > max(sum(compute), (1e9 + 1.0) / 1e12)
 
 
+def test_only_a_convolutions_weight_gradient_splits_its_long_reduction():
+    # A 7x7 convolution of 1024 to 128 channels over one 7x7 image: the forward GEMM has 49 x 128
+    # outputs over K = 1024 * 49. Its kernel runs each output tile over the whole K (at most 2 x 4
+    # tiles of 32x32 on 128 SMs), so it takes far longer than a split-K GEMM of the same shape; the
+    # weight gradient (128 x 50176 outputs over K = 49 pixels) may still split.
+    device = replace(TOY, sm_count=128)
+    unit_rates = replace(COEF, mem_eff={**COEF.mem_eff, "conv": 1.0}, conv_eff={"conv": 1.0})
+    with FakeTensorMode():
+        x = torch.empty(1, 1024, 7, 7)
+        forward = _conv_cost(x, 128, kernel=7)
+        backward = _conv_cost(x, 128, kernel=7, backward=True)
+    fwd_gemm = forward.gemms[0]
+    unsplit = wave_seconds(*fwd_gemm, "fp32", device, unit_rates, max_split=1)
+    assert unsplit > 4 * wave_seconds(*fwd_gemm, "fp32", device, unit_rates)
+    op = OpRecord("aten.convolution.default", "forward", "", replace(forward, layout_bytes=0.0))
+    assert kernel_seconds(op, device, unit_rates) == pytest.approx(
+        max(unsplit, forward.bytes / 1e12) + pick(unit_rates.latency_s, ("conv", "dense", "fwd"), 0.0))
+    dgrad, wgrad = backward.gemms
+    grad_op = OpRecord("aten.convolution_backward.default", "backward", "", replace(backward, layout_bytes=0.0))
+    passes = [max(wave_seconds(*dgrad, "fp32", device, unit_rates, max_split=1), backward.pass_bytes[0] / 1e12),
+              max(wave_seconds(*wgrad, "fp32", device, unit_rates), backward.pass_bytes[1] / 1e12)]
+    latency = pick(unit_rates.latency_s, ("conv", "dense", "bwd"), 0.0)
+    assert kernel_seconds(grad_op, device, unit_rates) == pytest.approx(sum(passes) + latency)
+
+
 def test_batch_norm_over_small_feature_maps_is_slower_per_byte():
     coef = replace(COEF, extra={"batch_norm_run_half": 49.0}, mem_eff={"elementwise": 1.0})
     # 12 MB at 1000 GB/s is 12 us; in runs of one 7x7 map (49 values), half the bandwidth: 24 us.
