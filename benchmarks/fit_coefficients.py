@@ -54,7 +54,7 @@ Param = tuple[str, str | None, float, float]  # (coefficient table, key or None 
 
 _DT = ("fp32", "tf32", "bf16", "fp16")
 _HALF = ("bf16", "fp16")
-_CONV_FAMILIES = ("dense", "pointwise", "strided_pointwise", "grouped")
+_CONV_FAMILIES = ("dense", "dense_3x3", "pointwise", "strided_pointwise", "grouped")
 
 # Stage 1: which parameters each group of op rows fits.
 OP_PARAMS: dict[str, list[Param]] = {

@@ -204,6 +204,28 @@ def test_implicit_gemm_steps_through_whole_channel_chunks_per_filter_tap():
     assert even.flops == 2 * 8 * 196 * 128 * 64 * 9
 
 
+def test_a_strided_convolutions_data_gradient_runs_only_the_taps_that_reach_each_input_pixel():
+    with FakeTensorMode():
+        x = torch.empty(8, 64, 28, 28)
+        plain = _conv_cost(x, 64, backward=True)
+        strided = _conv_cost(x, 64, backward=True, stride=2)
+        strided_5x5 = _conv_cost(x, 64, backward=True, kernel=5, stride=2)
+    # Stride 1: every input pixel takes all 9 taps. Stride 2: 9 / 4, rounded up to 3 taps (the
+    # sub-problems of a strided data gradient take 4, 2, 2 and 1); 25 / 4 -> 7 for a 5x5 filter.
+    assert plain.gemms[0] == (8, 784, 64, 64 * 9)
+    assert strided.gemms[0] == (8, 784, 64, 64 * 3)
+    assert strided_5x5.gemms[0] == (8, 784, 64, 64 * 7)
+    # The weight gradient sums over the output pixels, whatever the stride.
+    assert strided.gemms[1] == (1, 64, 64 * 9, 8 * 196)
+
+
+def test_3x3_stride_1_convolutions_are_a_kernel_family_of_their_own():
+    with FakeTensorMode():
+        x = torch.empty(8, 64, 28, 28)
+        kinds = [_conv_cost(x, 64, kernel=k, stride=s).kernel for k, s in ((3, 1), (3, 2), (5, 1), (7, 1))]
+    assert kinds == ["dense_3x3", "dense", "dense", "dense"]
+
+
 def test_only_convolutions_cudnn_runs_in_nhwc_pay_for_the_layout_conversion():
     with FakeTensorMode():
         x = torch.empty(8, 64, 14, 14, dtype=torch.bfloat16)
