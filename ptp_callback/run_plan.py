@@ -153,7 +153,9 @@ def plan_run(
         warmup = GPU_WARMUP_TRAIN_S[0] + autocast * GPU_WARMUP_TRAIN_S[1]
         sanity_warmup = GPU_WARMUP_SANITY_S[0] + autocast * GPU_WARMUP_SANITY_S[1]
     sanity = val_start + sanity_batches * val_batch + sanity_warmup if sanity_batches else 0.0
-    end = host.end_s + (model_bytes_to_cpu_at_end / host.copy_bytes_per_s if on_gpu else 0.0)
+    workers = train_loader.num_workers > 0 or (val is not None and val_loader.num_workers > 0)
+    end = host.end_s - (0.0 if workers else host.end_workers_s)
+    end += model_bytes_to_cpu_at_end / host.copy_bytes_per_s if on_gpu else 0.0
     return RunPlan(
         train_batch_s=train_batch,
         optimizer_step_s=train.optimizer_s + comm_s,

@@ -82,3 +82,13 @@ def test_step_costs_come_from_a_step_prediction():
                         precision="32-true", device="h100-sxm")
     costs = StepCosts.of(pred)
     assert costs.step_s == pred.step_s and costs.optimizer_s == pred.breakdown["phase"]["optimizer"] > 0
+
+
+def test_a_fit_without_loader_workers_skips_stopping_them_at_the_end():
+    host = HostCosts(**{**HOST.__dict__, "end_s": 0.05, "end_workers_s": 0.048})
+    without = plan_run(StepCosts(0.1), StepCosts(0.05), host, on_gpu=False, train_loader=LoaderFacts(num_workers=0))
+    assert without.end_s == pytest.approx(0.002)
+    # Workers in either loader: they are stopped at the end.
+    with_val_workers = plan_run(StepCosts(0.1), StepCosts(0.05), host, on_gpu=False,
+                                train_loader=LoaderFacts(num_workers=0), val_loader=LoaderFacts(num_workers=2))
+    assert with_val_workers.end_s == pytest.approx(0.05)
