@@ -130,8 +130,11 @@ class PrecisionTimeCallback(Callback):
         if self.prediction is not None:
             now = self.clock()
             forecaster.set_plan(self.prediction.plan, now)
-            _print(trainer, "ptp: " + plan_line(forecaster.initial_parts, forecaster.total_s(now),
-                                                self.precision_label, self.prediction.device.name))
+            line = plan_line(forecaster.initial_parts, forecaster.total_s(now), self.precision_label,
+                             self.prediction.device.name)
+            if trainer.early_stopping_callbacks:  # the plan runs to the trainer's limits; say so
+                line += "; EarlyStopping may end it sooner"
+            _print(trainer, "ptp: " + line)
             for hazard in self.prediction.trace.hazards:
                 self._warnings.warn(hazard, hazard, PrecisionHazard)
             if self._advice_cost_s() < 0.005 * (forecaster.predicted_total_s or 0.0):

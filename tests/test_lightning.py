@@ -146,23 +146,37 @@ class Lines(logging.Handler):
         self.lines.append(record.getMessage())
 
 
-def test_prediction_before_step_one_and_summary_at_the_end():
-    callback, lines = PrecisionTimeCallback(), Lines()
+def _logged(callbacks: list, **settings) -> list[str]:
+    lines = Lines()
     logger = logging.getLogger("lightning.pytorch.ptp_callback")
     level = logger.level
     logger.addHandler(lines)
     logger.setLevel(logging.INFO)  # other tests may quieten Lightning's loggers
     try:
-        trainer([callback], enable_progress_bar=False).fit(Tiny(), *loaders())
+        trainer(callbacks, enable_progress_bar=False, **settings).fit(Tiny(), *loaders())
     finally:
         logger.removeHandler(lines)
         logger.setLevel(level)
-    messages = lines.lines
+    return lines.lines
+
+
+def test_prediction_before_step_one_and_summary_at_the_end():
+    callback = PrecisionTimeCallback()
+    messages = _logged([callback])
     plan = next(m for m in messages if m.startswith("ptp: predicted fit "))
     assert "at 32-true on " in plan and "train " in plan and "(64 batches)" in plan and "validation " in plan
+    assert "EarlyStopping" not in plan
     report = next(m for m in messages if m.startswith("ptp: fit took"))
     assert "predicted before step one" in report and "train " in report and "(predicted " in report
     assert callback.predicted_fit_s > 0
+
+
+def test_the_plan_says_that_early_stopping_may_end_the_fit_sooner():
+    from lightning.pytorch.callbacks import EarlyStopping
+
+    messages = _logged([PrecisionTimeCallback(), EarlyStopping("val_loss", patience=3)])
+    plan = next(m for m in messages if m.startswith("ptp: predicted fit "))
+    assert plan.endswith("; EarlyStopping may end it sooner")
 
 
 def test_resume_keeps_calibration_and_counts_only_what_is_left(tmp_path):
