@@ -26,7 +26,9 @@ from op_data import CACHE  # noqa: E402
 from ptp_callback.precision import PrecisionSpec  # noqa: E402
 from ptp_callback.tracer import Trace, trace_step  # noqa: E402
 
-_TRACER_FILES = ("tracer.py", "costs.py", "attention.py", "recurrent.py", "cuda_autocast.py", "precision.py")
+_TRACER_FILES = ("tracer.py", "costs.py", "attention.py", "recurrent.py", "cuda_autocast.py", "precision.py",
+                 "manual_step.py", "meta_dispatch.py", "fused.py", "repeated_blocks.py", "conv_dispatch.py",
+                 "optimizer_precision.py")
 
 
 def spec_of(precision: str) -> PrecisionSpec:

@@ -46,7 +46,7 @@ from ptp_callback.report import plan_line, report_line
 from ptp_callback.run_prediction import RunPrediction, advice_cost_s, precision_advice
 
 from .lightning_module import (add_bar_metric, log_eta_metrics, precision_spec, predict_fit, predicts_the_run_device,
-                               quiet_logging, step_code_key, training_step)
+                               quiet_logging, step_code_key, traced_step)
 from .lightning_schedule import read_checkpoints, read_schedule, time_limit_used, with_epoch_length
 
 log = logging.getLogger("lightning.pytorch.ptp_callback")  # printed and configured like Lightning's own lines
@@ -153,7 +153,8 @@ class PrecisionTimeCallback(Callback):
             return
         self.advise = False  # once per fit
         with self._warnings.guard("precision advice"), quiet_logging(pl_module):
-            text = precision_advice(self.prediction, pl_module, self._example, training_step, trainer.optimizers[0],
+            step_fn, optimizer = traced_step(trainer, pl_module)
+            text = precision_advice(self.prediction, pl_module, self._example, step_fn, optimizer,
                                     current=precision_spec(trainer), schedule=self.forecaster.schedule, fit_s=fit_s,
                                     measured_step_s=measured_step_s, corrections=self.corrections or None,
                                     extra_key=step_code_key(pl_module))

@@ -18,13 +18,14 @@ from lightning.pytorch import LightningModule, Trainer
 from ptp_callback.comm import ddp_exposed_seconds, fsdp_exposed_seconds
 from ptp_callback.devices import DeviceSpec
 from ptp_callback.loaders import example_batch, first_loader, loader_facts
+from ptp_callback.manual_step import ManualOptimization, ManualStep
 from ptp_callback.precision import PRECISIONS, PrecisionSpec
 from ptp_callback.run_prediction import RunPrediction, predict_run
 from ptp_callback.trace_cache import code_key
 
 __all__ = ["add_bar_metric", "batch_hooks", "communication", "has_validation", "log_eta_metrics", "precision_spec",
-           "predict_fit", "predicts_the_run_device", "quiet_logging", "step_code_key", "training_step",
-           "validation_step"]
+           "manual_training_step", "predict_fit", "traced_step", "predicts_the_run_device", "quiet_logging", "step_code_key",
+           "training_step", "validation_step"]
 
 
 def add_bar_metric(trainer: Trainer, name: str, text: Callable[[], str]) -> Callable[[], None]:
@@ -73,6 +74,60 @@ def predicts_the_run_device(trainer: Trainer, device: DeviceSpec) -> bool:
 
 def training_step(module: LightningModule, batch: Any) -> Any:
     return module.training_step(batch, 0)
+
+
+def traced_step(trainer: Trainer, module: LightningModule) -> tuple[Callable[..., Any], Any]:
+    """The step function and optimizer argument that trace the module's training step: its
+    ``training_step`` and first optimizer, or under manual optimization all its optimizers."""
+    if module.automatic_optimization:
+        return training_step, trainer.optimizers[0] if trainer.optimizers else None
+    return manual_training_step, ManualOptimization(tuple(trainer.optimizers))
+
+
+class _NoSchedule:
+    """A learning-rate scheduler stand-in: a traced step must not move the real schedule."""
+
+    def step(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+def manual_training_step(module: LightningModule, batch: Any, step: ManualStep) -> Any:
+    """A manual-optimization ``training_step`` on the traced optimizers: ``self.optimizers()``
+    returns the recorded copies, ``self.manual_backward`` records a backward, and the real
+    optimizers, schedulers and ``requires_grad`` flags are never touched."""
+    optimizers = [_Toggleable(o) for o in step.optimizers]
+    schedulers = [_NoSchedule() for _ in module.trainer.lr_scheduler_configs]
+    stand_ins = {
+        "optimizers": lambda use_pl_optimizer=True: optimizers[0] if len(optimizers) == 1 else optimizers,
+        "lr_schedulers": lambda: (schedulers[0] if len(schedulers) == 1 else schedulers) if schedulers else None,
+        "manual_backward": lambda loss, *args, **kwargs: step.backward(loss, *args, **kwargs),
+        "toggle_optimizer": lambda *args, **kwargs: None,
+        "untoggle_optimizer": lambda *args, **kwargs: None,
+    }
+    saved = {name: module.__dict__.get(name) for name in stand_ins}
+    module.__dict__.update(stand_ins)
+    try:
+        return module.training_step(batch, 0)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                module.__dict__.pop(name, None)
+            else:
+                module.__dict__[name] = value
+
+
+class _Toggleable:
+    """A recorded optimizer with ``LightningOptimizer.toggle_model()`` (a no-op while tracing)."""
+
+    def __init__(self, optimizer: Any) -> None:
+        self._optimizer = optimizer
+
+    @contextlib.contextmanager
+    def toggle_model(self, *args: Any, **kwargs: Any) -> Iterator[None]:
+        yield
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._optimizer, name)
 
 
 def validation_step(module: LightningModule, batch: Any) -> Any:
@@ -140,8 +195,6 @@ def predict_fit(trainer: Trainer, module: LightningModule, spec: PrecisionSpec |
     the GPU to predict for, ``None`` for the one it runs on), and the training batch it traced."""
     if spec is None:
         raise ValueError(f"precision {trainer.precision!r} is not modelled")
-    if not module.automatic_optimization:
-        raise ValueError("manual optimization is not traced")
     transform = batch_hooks(module)
     train_loader = first_loader(trainer.train_dataloader)
     if train_loader is None:
@@ -154,9 +207,10 @@ def predict_fit(trainer: Trainer, module: LightningModule, spec: PrecisionSpec |
         val = {"val_batch": val_batch, "val_step_fn": validation_step,
                "val_loader": loader_facts(val_loader, val_batch, val_load_s)}
     run_device = trainer.strategy.root_device
+    step_fn, optimizer = traced_step(trainer, module)
     with quiet_logging(module):
         prediction = predict_run(
-            module, train_batch, training_step, trainer.optimizers[0] if trainer.optimizers else None, spec,
+            module, train_batch, step_fn, optimizer, spec,
             device if device is not None else run_device, run_device=run_device,
             train_loader=loader_facts(train_loader, train_batch, load_s), sanity_batches=sanity_batches,
             checkpoint=checkpoint, communication=communication(trainer), loader_started_before_first_epoch=True,

@@ -13,6 +13,7 @@ True
 """
 
 from .devices import DeviceSpec, UnknownDeviceError, get_device, known_devices, register_device
+from .manual_step import ManualOptimization
 from .precision import PrecisionSpec
 from .predict import StepPrediction
 from .step import predict_step
@@ -20,6 +21,7 @@ from .tracer import Trace, TraceError, trace_step
 
 __all__ = [
     "DeviceSpec",
+    "ManualOptimization",
     "PrecisionTimeCallback",
     "PrecisionSpec",
     "StepPrediction",

@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from .manual_step import ManualOptimization
+
 __all__ = ["check_model", "check_optimizer"]
 
 
@@ -30,6 +32,13 @@ def check_optimizer(optimizer: Any, where: str) -> None:
     if isinstance(optimizer, str):
         raise ValueError(f"{call}={optimizer!r}): pass the optimizer object (torch.optim.AdamW(...)), "
                          "a factory params -> optimizer, or None for AdamW defaults -- not its name")
+    if isinstance(optimizer, ManualOptimization):
+        for one in optimizer.optimizers:
+            if not isinstance(one, torch.optim.Optimizer):
+                raise ValueError(f"{call}=ManualOptimization(...)): expected torch.optim.Optimizer instances, "
+                                 f"got {type(one).__name__}")
+        return
     if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer) and not callable(optimizer):
         raise ValueError(f"{call}=<{type(optimizer).__name__}>): expected a torch.optim.Optimizer, a factory "
-                         "params -> optimizer, or None for AdamW defaults")
+                         "params -> optimizer, ptp.ManualOptimization(optimizers) for a step that steps them "
+                         "itself, or None for AdamW defaults")

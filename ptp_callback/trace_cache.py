@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from .cache import cache_dir
+from .manual_step import ManualOptimization
 from .precision import PrecisionSpec, as_precision
 from .tracer import OptimizerArg, StepFn, Trace, default_step_fn, trace_step
 
@@ -87,6 +88,8 @@ def _batch_signature(batch: Any) -> str:
 def _optimizer_signature(optimizer: OptimizerArg) -> str:
     if optimizer is None:
         return "default"
+    if isinstance(optimizer, ManualOptimization):
+        return "manual|" + "|".join(_optimizer_signature(o) for o in optimizer.optimizers)
     if isinstance(optimizer, torch.optim.Optimizer):
         groups = [(len(g["params"]), sorted((k, repr(v)) for k, v in g.items() if k != "params"))
                   for g in optimizer.param_groups]

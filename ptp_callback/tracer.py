@@ -49,6 +49,7 @@ from .attention import run_sdpa
 from .costs import OpCost, describe_op, is_known, op_kind
 from .cuda_autocast import casts_to_fp32, cuda_autocast_on_cpu
 from .fused import run_rms_norm
+from .manual_step import ManualOptimization, ManualStep, param_count
 from .meta_dispatch import MetaShortcut
 from .optimizer_precision import eps_underflow
 from .precision import PrecisionSpec, as_precision
@@ -56,7 +57,8 @@ from .recurrent import is_rnn, run_rnn
 from .repeated_blocks import trace_repeated
 
 StepFn = Callable[[torch.nn.Module, Any], Any]
-OptimizerArg = torch.optim.Optimizer | Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer] | None
+OptimizerArg = (torch.optim.Optimizer | Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer] | ManualOptimization
+                | None)
 
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
 _PRIM_DEVICE = torch.ops.prim.device.default
@@ -602,10 +604,13 @@ def _trace(
         stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
         fakes, fakes_by_id = _fake_state(model, spec, device)
         fake_batch = _fake_batch(batch, spec, device)
-        optimizer_copy = None
+        manual = isinstance(optimizer, ManualOptimization)
+        copies: list[torch.optim.Optimizer] = []
         if train:
-            optimizer_copy, notes = _copy_optimizer(optimizer, model, fakes_by_id, target_type == "cuda")
-            mappings.extend(notes)
+            for one in optimizer.optimizers if manual else (optimizer,):
+                copy, notes = _copy_optimizer(one, model, fakes_by_id, target_type == "cuda")
+                copies.append(copy)
+                mappings.extend(note for note in notes if note not in mappings)
         scaler = None
         if train and spec.grad_scaler:
             scaler = torch.amp.GradScaler(device.type)
@@ -619,32 +624,23 @@ def _trace(
             stack.enter_context(_CudaKernels(recorder, proxy=proxy_for_cuda))
         stack.enter_context(recorder)
         try:
+            step = ManualStep(recorder, copies, scaler)
             with recorder.in_phase("forward"), _autocast(spec, device, proxy_for_cuda, mappings):
-                output = step_fn(model, fake_batch)
-            if train:
-                loss = _loss_of(output)
-                if scaler is not None:
-                    loss = scaler.scale(loss)
-                with recorder.in_phase("backward"):
-                    loss.backward()
-                with recorder.in_phase("optimizer"):
-                    if scaler is not None:
-                        scaler.unscale_(optimizer_copy)
-                        recorder.pseudo("ptp.sync")  # GradScaler reads found_inf on the host
-                    with recorder.paused():
-                        optimizer_copy.step()  # creates lazy optimizer state, as after warm-up
-                    recorder.pseudo("ptp.optimizer_python", params=_param_count(optimizer_copy))
-                    optimizer_copy.step()
-                    if scaler is not None:
-                        scaler.update()
-                    recorder.pseudo("ptp.zero_grad", params=_param_count(optimizer_copy))
+                if manual and train:  # the step runs its own backward and optimizer steps
+                    step_fn(model, fake_batch, step)  # type: ignore[call-arg]
+                else:
+                    output = step_fn(model, fake_batch)
+            if train and not manual:
+                step.backward(_loss_of(output))
+                step.optimizers[0].step()
+                step.optimizers[0].zero_grad()
         except Exception as exc:  # noqa: BLE001 - every failure becomes one clear TraceError
             where = recorder.failed_op or "Python code outside any aten op"
             raise TraceError(
                 f"could not trace the training step: {type(exc).__name__} at {where}: {exc}"
             ) from exc
 
-    hazard = eps_underflow(optimizer_copy) if optimizer_copy is not None else None
+    hazards = tuple(dict.fromkeys(h for h in (eps_underflow(c) for c in copies) if h))
     return Trace(
         ops=recorder.ops,
         precision=spec,
@@ -653,10 +649,10 @@ def _trace(
         **_param_facts(model, spec),
         trace_s=time.perf_counter() - started,
         mappings=tuple(mappings),
-        optimizer_name=type(optimizer_copy).__name__ if optimizer_copy is not None else "",
-        optimizer_state_bytes=_state_bytes(optimizer_copy) if optimizer_copy is not None else 0,
+        optimizer_name="+".join(type(c).__name__ for c in copies),
+        optimizer_state_bytes=sum(_state_bytes(c) for c in copies),
         unknown_ops=dict(recorder.unknown),
-        hazards=(hazard,) if hazard else (),
+        hazards=hazards,
     )
 
 
@@ -664,10 +660,6 @@ def _state_bytes(optimizer: torch.optim.Optimizer) -> int:
     """Bytes of the tensors in an optimizer's per-parameter state (step counters included)."""
     return sum(v.numel() * v.element_size() for state in optimizer.state.values() for v in state.values()
                if isinstance(v, torch.Tensor))
-
-
-def _param_count(optimizer: torch.optim.Optimizer) -> int:
-    return sum(len(g["params"]) for g in optimizer.param_groups)
 
 
 @contextlib.contextmanager

@@ -228,6 +228,64 @@ def test_untraceable_model_warns_once_and_falls_back():
     assert callback.eta_text  # measured timing still gives an ETA
 
 
+class TwoOptimizers(Tiny):
+    """A GAN-like module under manual optimization: two optimizers, two backwards, a schedule."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.critic = nn.Linear(4, 1)
+
+    def training_step(self, batch, batch_idx):
+        opt_net, opt_critic = self.optimizers()
+        x, y = batch
+        logits = self.net(x)
+        self.toggle_optimizer(opt_critic)
+        opt_critic.zero_grad()
+        self.manual_backward(self.critic(logits.detach()).mean())
+        opt_critic.step()
+        self.untoggle_optimizer(opt_critic)
+        with opt_net.toggle_model():
+            loss = F.cross_entropy(logits, y) - self.critic(logits).mean()
+            opt_net.zero_grad()
+            self.manual_backward(loss)
+            opt_net.step()
+        self.lr_schedulers().step()
+        self.log("loss", loss)
+
+    def configure_optimizers(self):
+        opt_net = torch.optim.AdamW(self.net.parameters(), lr=1e-3)
+        opt_critic = torch.optim.SGD(self.critic.parameters(), lr=1e-2, momentum=0.9)
+        return [opt_net, opt_critic], [torch.optim.lr_scheduler.StepLR(opt_net, step_size=1, gamma=0.5)]
+
+
+def test_manual_optimization_is_traced_without_touching_the_real_optimizers():
+    callback, seen = PrecisionTimeCallback(refresh_s=0.0), {}
+
+    class AtTrainStart(L.Callback):
+        def on_train_start(self, trainer, pl_module):  # after the callback's trace at fit start
+            seen["lr"] = trainer.optimizers[0].param_groups[0]["lr"]
+            seen["state"] = [len(o.state) for o in trainer.optimizers]
+            seen["grads"] = [p.grad for p in pl_module.parameters()]
+            seen["requires_grad"] = [p.requires_grad for p in pl_module.parameters()]
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer([callback, AtTrainStart()], enable_progress_bar=False).fit(TwoOptimizers(), *loaders())
+    assert not [w for w in caught if issubclass(w.category, PtpWarning)]
+    trace = callback.prediction.trace
+    assert trace.optimizer_name == "AdamW+SGD"
+    # Two backwards and two optimizer steps, each recorded in its own phase.
+    assert sum(op.name == "ptp.optimizer_python" for op in trace.ops) == 2
+    assert {op.phase for op in trace.ops} == {"forward", "backward", "optimizer"}
+    # AdamW's two moments of the net's weights and SGD's momentum of the critic's.
+    net, critic = sum(p.numel() for p in TwoOptimizers().net.parameters()), 4 + 1
+    assert trace.optimizer_state_bytes >= (2 * net + critic) * 4
+    # The fit-start trace left the real optimizers, schedule and parameters as they were.
+    assert seen == {"lr": 1e-3, "state": [0, 0], "grads": [None] * 6, "requires_grad": [True] * 6}
+    assert callback.summary.startswith("ptp: fit took") and "predicted before step one" in callback.summary
+
+
 def test_ddp_with_two_processes_prints_on_rank_zero_only():
     script = os.path.join(os.path.dirname(__file__), "ddp_fit.py")
     result = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=300,

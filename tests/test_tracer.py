@@ -353,3 +353,33 @@ def test_prediction_does_not_depend_on_the_host_cpu_kernels(precision):
         torch.set_num_threads(threads)
     for a, b, c in zip(native, without_onednn, one_thread):
         assert b == pytest.approx(a, rel=0.01) and c == pytest.approx(a, rel=0.01)
+
+
+def test_a_manual_step_records_each_backward_and_optimizer_step_and_leaves_the_real_ones_alone():
+    from ptp_callback import ManualOptimization
+
+    gen, critic = torch.nn.Linear(8, 8), torch.nn.Linear(8, 1)
+    model = torch.nn.ModuleDict({"gen": gen, "critic": critic})
+    opt_g, opt_c = torch.optim.AdamW(gen.parameters()), torch.optim.SGD(critic.parameters(), lr=0.1, momentum=0.9)
+    before = [p.detach().clone() for p in model.parameters()]
+
+    def gan_step(model, batch, step):
+        g, c = step.optimizers
+        fake = model["gen"](batch)
+        step.backward(model["critic"](fake.detach()).float().mean())
+        c.step()
+        c.zero_grad()
+        step.backward(-model["critic"](fake).float().mean())
+        g.step()
+        g.zero_grad()
+
+    trace = trace_step(model, torch.randn(4, 8), gan_step, ManualOptimization((opt_g, opt_c)), "16-mixed",
+                       target_type="cuda", trace_on="cpu")
+    names = [op.name for op in trace.ops if op.phase == "optimizer"]
+    # Per optimizer step under 16-mixed: GradScaler's unscale and host sync, the step, zero_grad.
+    assert names.count("ptp.sync") == names.count("ptp.optimizer_python") == names.count("ptp.zero_grad") == 2
+    assert any(op.phase == "backward" and op.name.startswith("aten.mm") for op in trace.ops)
+    assert trace.optimizer_name == "AdamW+SGD"
+    assert trace.optimizer_state_bytes >= (2 * 72 + 9) * 4  # AdamW's two moments, SGD's momentum
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert not opt_g.state and not opt_c.state and all(p.grad is None for p in model.parameters())

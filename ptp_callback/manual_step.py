@@ -1,0 +1,106 @@
+"""Tracing a step that runs its own backward and optimizer steps (manual optimization).
+
+A GAN's step, or a LightningModule with ``automatic_optimization = False``, calls ``backward``
+and each optimizer's ``step()`` itself, as many times as it likes. To trace it, its optimizers are
+given as :class:`ManualOptimization`; the step function then gets a third argument, a
+:class:`ManualStep`, with the copies of those optimizers over the fake parameters and the
+``backward`` to call. Each ``backward`` is recorded as backward work and each optimizer ``step()``
+as optimizer work, exactly as the automatic step records them (with the GradScaler's unscale and
+host sync in 16-bit mixed precision, and the optimizer's lazily created state made beforehand).
+
+>>> import torch
+>>> from ptp_callback.tracer import trace_step
+>>> gen, disc = torch.nn.Linear(8, 8), torch.nn.Linear(8, 1)
+>>> model = torch.nn.ModuleDict({"gen": gen, "disc": disc})
+>>> optimizers = ManualOptimization((torch.optim.Adam(gen.parameters()), torch.optim.SGD(disc.parameters())))
+>>> def gan_step(model, batch, step):
+...     opt_gen, opt_disc = step.optimizers
+...     fake = model["gen"](batch)
+...     step.backward(model["disc"](fake.detach()).mean())
+...     opt_disc.step()
+...     opt_disc.zero_grad()
+...     step.backward(-model["disc"](fake).mean())
+...     opt_gen.step()
+...     opt_gen.zero_grad()
+>>> trace = trace_step(model, torch.randn(4, 8), gan_step, optimizers, target_type="cpu")
+>>> sorted({op.phase for op in trace.ops}), trace.optimizer_name
+(['backward', 'forward', 'optimizer'], 'Adam+SGD')
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+
+@dataclass(frozen=True)
+class ManualOptimization:
+    """The optimizers of a step function that steps them itself (their classes and
+    hyperparameters are copied onto the fake parameters, as for one optimizer)."""
+
+    optimizers: tuple[torch.optim.Optimizer, ...]
+
+
+class _Recorder(Protocol):
+    def in_phase(self, phase: str) -> contextlib.AbstractContextManager[None]: ...
+    def paused(self) -> contextlib.AbstractContextManager[None]: ...
+    def pseudo(self, name: str, params: int = 0) -> None: ...
+
+
+def param_count(optimizer: torch.optim.Optimizer) -> int:
+    return sum(len(g["params"]) for g in optimizer.param_groups)
+
+
+class RecordedOptimizer:
+    """An optimizer copy whose ``step()`` and ``zero_grad()`` are recorded as the optimizer's work;
+    everything else (``param_groups``, ``state``...) is the copy's own."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, recorder: _Recorder, scaler: Any) -> None:
+        self.optimizer = optimizer
+        self._recorder = recorder
+        self._scaler = scaler
+        self._stepped = False
+
+    def step(self, closure: Any = None) -> None:
+        recorder, optimizer, scaler = self._recorder, self.optimizer, self._scaler
+        if closure is not None:
+            closure()  # a closure runs its own forward and backward first (LBFGS-style steps)
+        with recorder.in_phase("optimizer"):
+            if scaler is not None:
+                scaler.unscale_(optimizer)
+                recorder.pseudo("ptp.sync")  # GradScaler reads found_inf on the host
+            if not self._stepped:
+                with recorder.paused():
+                    optimizer.step()  # creates lazy optimizer state, as after warm-up
+                self._stepped = True
+            recorder.pseudo("ptp.optimizer_python", params=param_count(optimizer))
+            optimizer.step()
+            if scaler is not None:
+                scaler.update()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        with self._recorder.in_phase("optimizer"):
+            self._recorder.pseudo("ptp.zero_grad", params=param_count(self.optimizer))
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.optimizer, name)
+
+
+class ManualStep:
+    """What a manual step function calls: ``backward(loss)`` and the recorded ``optimizers`` (in
+    the order :class:`ManualOptimization` gave them)."""
+
+    def __init__(self, recorder: _Recorder, optimizers: list[torch.optim.Optimizer], scaler: Any) -> None:
+        self._recorder = recorder
+        self._scaler = scaler
+        self.optimizers = [RecordedOptimizer(o, recorder, scaler) for o in optimizers]
+
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        if self._scaler is not None:
+            loss = self._scaler.scale(loss)  # the loss's last forward op, before the backward starts
+        with self._recorder.in_phase("backward"):
+            loss.backward(*args, **kwargs)
