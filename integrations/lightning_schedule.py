@@ -46,13 +46,15 @@ Rules reproduced from Lightning 2.6 (file / function):
 Limits: early stopping and ``max_time`` stop the fit early (``max_time_s`` is reported, not applied);
 with FSDP / DeepSpeed / ModelParallel (``strategy.restore_checkpoint_after_setup``) the checkpoint is not
 loaded yet at ``on_fit_start``, so a resume is read as a fresh fit; a checkpoint saved in the middle of a
-validation run makes Lightning finish that run first (not counted); manual optimization is assumed to
-step once per batch; ``reload_dataloaders_every_n_epochs`` with changing lengths is not followed.
+validation run makes Lightning finish that run first (not counted); a manual-optimization step is assumed to
+step each of its optimizers once per batch (``optimizer_steps_per_batch``); ``reload_dataloaders_every_n_epochs``
+with changing lengths is not followed.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any, Callable
 
 import lightning.pytorch as pl
@@ -126,6 +128,11 @@ def read_schedule(trainer: "pl.Trainer") -> FitSchedule:
         val_check=_pre_val_check(trainer, enable_val, vcb),
     )
 
+    per_batch = optimizer_steps_per_batch(trainer)
+    if per_batch > 1:  # the schedule counts batches: one manual step steps every optimizer
+        max_steps = None if max_steps is None else -(-max_steps // per_batch)
+        start = replace(start, step=start.step // per_batch)
+
     sanity = 0
     if enable_val and trainer.num_sanity_val_steps > 0 and not restarting:
         sanity = _sum_or_none([min(trainer.num_sanity_val_steps, n) for n in val_counts])
@@ -149,6 +156,14 @@ def read_schedule(trainer: "pl.Trainer") -> FitSchedule:
 # ---------------------------------------------------------------------------------------------------
 
 
+def optimizer_steps_per_batch(trainer: "pl.Trainer") -> int:
+    """Global steps one training batch makes: Lightning counts each ``optimizer.step()`` of a
+    manual-optimization step, which is taken to step each of its optimizers once (a GAN's)."""
+    if trainer.lightning_module.automatic_optimization:
+        return 1
+    return max(1, len(trainer.optimizers))
+
+
 def read_checkpoints(trainer: "pl.Trainer", schedule: FitSchedule) -> tuple[tuple[int, ...], float | None,
                                                                            CheckpointFacts | None]:
     """The saves every ``ModelCheckpoint`` of the trainer will make: their positions on the schedule,
@@ -159,12 +174,15 @@ def read_checkpoints(trainer: "pl.Trainer", schedule: FitSchedule) -> tuple[tupl
     positions: list[int] = []
     every_s: float | None = None
     facts: CheckpointFacts | None = None
+    per_batch = optimizer_steps_per_batch(trainer)
     for cb in trainer.checkpoint_callbacks:
         if not isinstance(cb, ModelCheckpoint):
             continue
         interval = cb._train_time_interval
         settings = CheckpointSettings(
-            every_n_train_steps=cb._every_n_train_steps,
+            # every n global steps: every n / gcd(n, k) batches when a batch makes k of them
+            every_n_train_steps=cb._every_n_train_steps // math.gcd(cb._every_n_train_steps, per_batch)
+            if cb._every_n_train_steps else cb._every_n_train_steps,
             every_n_epochs=cb._every_n_epochs,
             on_epoch_end=cb._should_save_on_train_epoch_end(trainer),
             save_last=cb.save_last is True,  # "link" only links the file

@@ -28,8 +28,8 @@ Example (a fresh fit: 10 batches per epoch, 2 epochs, accumulate 3, validate twi
 
 Honest limits: the schedule is what the configuration implies. Early stopping (``trainer.should_stop``,
 ``EarlyStopping``, ``Timer``/``max_time``), ``on_train_batch_start`` returning -1, dataloaders that are
-shorter than their ``len()`` or change length between epochs, and manual optimization with other than
-one ``optimizer.step()`` per batch all make the real fit differ.
+shorter than their ``len()`` or change length between epochs, and a manual-optimization step that does
+not step each of its optimizers once per batch all make the real fit differ.
 """
 
 from __future__ import annotations

@@ -286,6 +286,26 @@ def test_manual_optimization_is_traced_without_touching_the_real_optimizers():
     assert callback.summary.startswith("ptp: fit took") and "predicted before step one" in callback.summary
 
 
+def test_a_manual_step_of_two_optimizers_makes_two_global_steps_a_batch(tmp_path):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    callback, counter, saved = PrecisionTimeCallback(), Counter(), []
+
+    class Saves(L.Callback):
+        def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+            saved.append(counter.batches)
+
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=6, save_top_k=-1)
+    t = trainer([callback, counter, Saves(), checkpoint], enable_progress_bar=False, enable_checkpointing=True,
+                max_epochs=-1, max_steps=21, limit_val_batches=0)
+    t.fit(TwoOptimizers(), *loaders())
+    # Lightning counts each optimizer.step(): 21 global steps end the fit after 11 batches, and a
+    # save every 6 global steps comes every 3 batches.
+    assert t.global_step == 22 and counter.batches == 11
+    assert callback.forecaster.schedule.total_batches == 11
+    assert saved == [3, 6, 9] and list(callback.forecaster.saves) == saved
+
+
 def test_ddp_with_two_processes_prints_on_rank_zero_only():
     script = os.path.join(os.path.dirname(__file__), "ddp_fit.py")
     result = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=300,
