@@ -45,8 +45,8 @@ from ptp_callback.notices import OnceWarnings, PrecisionHazard, warn
 from ptp_callback.report import plan_line, report_line
 from ptp_callback.run_prediction import RunPrediction, advice_cost_s, precision_advice
 
-from .lightning_module import (add_bar_metric, log_eta_metrics, precision_spec, predict_fit, predicts_the_run_device,
-                               quiet_logging, step_code_key, traced_step)
+from .lightning_module import (add_bar_metric, compiled, log_eta_metrics, precision_spec, predict_fit,
+                               predicts_the_run_device, quiet_logging, step_code_key, traced_step)
 from .lightning_schedule import read_checkpoints, read_schedule, time_limit_used, with_epoch_length
 
 log = logging.getLogger("lightning.pytorch.ptp_callback")  # printed and configured like Lightning's own lines
@@ -134,6 +134,8 @@ class PrecisionTimeCallback(Callback):
                              self.prediction.device.name)
             if trainer.early_stopping_callbacks:  # the plan runs to the trainer's limits; say so
                 line += "; EarlyStopping may end it sooner"
+            if compiled(pl_module):
+                line += "; torch.compile's compilation is not in it"
             _print(trainer, "ptp: " + line)
             for hazard in self.prediction.trace.hazards:
                 self._warnings.warn(hazard, hazard, PrecisionHazard)

@@ -23,9 +23,9 @@ from ptp_callback.precision import PRECISIONS, PrecisionSpec
 from ptp_callback.run_prediction import RunPrediction, predict_run
 from ptp_callback.trace_cache import code_key
 
-__all__ = ["add_bar_metric", "batch_hooks", "communication", "has_validation", "log_eta_metrics", "precision_spec",
-           "manual_training_step", "predict_fit", "traced_step", "predicts_the_run_device", "quiet_logging", "step_code_key",
-           "training_step", "validation_step"]
+__all__ = ["add_bar_metric", "batch_hooks", "communication", "compiled", "has_validation", "log_eta_metrics",
+           "manual_training_step", "precision_spec", "predict_fit", "predicts_the_run_device", "quiet_logging",
+           "step_code_key", "traced_step", "training_step", "validation_step"]
 
 
 def add_bar_metric(trainer: Trainer, name: str, text: Callable[[], str]) -> Callable[[], None]:
@@ -138,6 +138,14 @@ def step_code_key(module: LightningModule) -> str:
     """What the traced steps depend on beyond the model: the module's step methods' code."""
     cls = type(module)
     return code_key(cls.training_step, cls.validation_step, cls.forward)
+
+
+def compiled(module: LightningModule) -> bool:
+    """Whether ``torch.compile`` compiles the module or a part of it (the plan has no time for
+    the compilation, which the first batches pay)."""
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    return bool(getattr(module, "_compiler_ctx", None)) or any(isinstance(m, OptimizedModule) for m in module.modules())
 
 
 def has_validation(trainer: Trainer) -> bool:

@@ -146,14 +146,14 @@ class Lines(logging.Handler):
         self.lines.append(record.getMessage())
 
 
-def _logged(callbacks: list, **settings) -> list[str]:
+def _logged(callbacks: list, module: L.LightningModule | None = None, **settings) -> list[str]:
     lines = Lines()
     logger = logging.getLogger("lightning.pytorch.ptp_callback")
     level = logger.level
     logger.addHandler(lines)
     logger.setLevel(logging.INFO)  # other tests may quieten Lightning's loggers
     try:
-        trainer(callbacks, enable_progress_bar=False, **settings).fit(Tiny(), *loaders())
+        trainer(callbacks, enable_progress_bar=False, **settings).fit(module or Tiny(), *loaders())
     finally:
         logger.removeHandler(lines)
         logger.setLevel(level)
@@ -169,6 +169,18 @@ def test_prediction_before_step_one_and_summary_at_the_end():
     report = next(m for m in messages if m.startswith("ptp: fit took"))
     assert "predicted before step one" in report and "train " in report and "(predicted " in report
     assert callback.predicted_fit_s > 0
+
+
+def test_the_plan_says_that_the_compilation_of_a_compiled_module_is_not_in_it():
+    class Compiled(Tiny):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.compile(self.net, backend="eager")  # dynamo only: a fast compile
+
+    plans = [next(m for m in _logged([PrecisionTimeCallback()], module, max_epochs=1)
+                  if m.startswith("ptp: predicted fit ")) for module in (Tiny(), Compiled())]
+    assert "torch.compile" not in plans[0]
+    assert plans[1].endswith("; torch.compile's compilation is not in it")
 
 
 def test_the_plan_says_that_early_stopping_may_end_the_fit_sooner():
