@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import time
 from collections import defaultdict

@@ -49,7 +49,7 @@ from .attention import run_sdpa
 from .costs import OpCost, describe_op, is_known, op_kind
 from .cuda_autocast import casts_to_fp32, cuda_autocast_on_cpu
 from .fused import run_rms_norm
-from .manual_step import ManualOptimization, ManualStep, param_count
+from .manual_step import ManualOptimization, ManualStep
 from .meta_dispatch import MetaShortcut
 from .optimizer_precision import eps_underflow
 from .precision import PrecisionSpec, as_precision
