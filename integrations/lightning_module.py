@@ -9,7 +9,7 @@ precision of the trainer, and the gradient communication of its strategy.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -204,10 +204,7 @@ def predict_fit(trainer: Trainer, module: LightningModule, spec: PrecisionSpec |
     if spec is None:
         raise ValueError(f"precision {trainer.precision!r} is not modelled")
     transform = batch_hooks(module)
-    train_loader = first_loader(trainer.train_dataloader)
-    if train_loader is None:
-        raise ValueError("no training batch to trace")
-    train_batch, load_s = example_batch(train_loader, transform)
+    train_loader, train_batch, load_s = _train_example(trainer, transform)
     val = {}
     val_loader = first_loader(trainer.val_dataloaders) if has_validation(trainer) else None
     if val_loader is not None:
@@ -224,6 +221,27 @@ def predict_fit(trainer: Trainer, module: LightningModule, spec: PrecisionSpec |
             checkpoint=checkpoint, communication=communication(trainer), loader_started_before_first_epoch=True,
             model_to_cpu_at_end=True, framework_loop=True, extra_key=step_code_key(module), **val)
     return prediction, train_batch
+
+
+def _train_example(trainer: Trainer, transform: Callable[[Any], Any]) -> tuple[Any, Any, float]:
+    """The first training loader, an example of the batch ``training_step`` receives, and the
+    seconds it took to build. Several training loaders (a dict or list of them) are combined into
+    one batch of each, in their structure, as Lightning's default ``max_size_cycle`` mode does."""
+    iterables = trainer.train_dataloader
+    mode = getattr(trainer.fit_loop._combined_loader, "_mode", "max_size_cycle")
+    loader = first_loader(iterables)
+    if loader is None:
+        raise ValueError("no training batch to trace")
+    if not isinstance(iterables, (Mapping, list, tuple)) or len(iterables) < 2 or mode == "sequential":
+        batch, load_s = example_batch(loader, transform)
+        return loader, batch, load_s
+    keys = list(iterables.keys()) if isinstance(iterables, Mapping) else list(range(len(iterables)))
+    examples = [example_batch(iterables[key]) for key in keys]
+    combined: Any = dict(zip(keys, (b for b, _s in examples))) if isinstance(iterables, Mapping) \
+        else [b for b, _s in examples]
+    with contextlib.suppress(Exception):  # user hooks written for the loop's state
+        combined = transform(combined)
+    return loader, combined, sum(s for _b, s in examples)
 
 
 def log_eta_metrics(trainer: Trainer, remaining_s: float | None, predicted_step_s: float | None,

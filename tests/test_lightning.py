@@ -318,6 +318,26 @@ def test_a_manual_step_of_two_optimizers_makes_two_global_steps_a_batch(tmp_path
     assert saved == [3, 6, 9] and list(callback.forecaster.saves) == saved
 
 
+class TwoTasks(Tiny):
+    def training_step(self, batch, batch_idx):
+        (xa, ya), (xb, yb) = batch["a"], batch["b"]
+        return F.cross_entropy(self.net(xa), ya) + F.cross_entropy(self.net(xb), yb)
+
+
+def test_several_training_loaders_are_traced_with_one_batch_of_each():
+    callback = PrecisionTimeCallback()
+    train, val = loaders()
+    small, _ = loaders(n=128, batch_size=4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer([callback], enable_progress_bar=False).fit(TwoTasks(), {"a": train, "b": small}, val)
+    assert not [w for w in caught if issubclass(w.category, PtpWarning)]
+    # Both heads' forward passes are in the trace: batches of 8 and of 4 rows.
+    rows = {op.in_shapes[1][0] for op in callback.prediction.trace.ops
+            if op.name == "aten.addmm.default" and op.phase == "forward"}
+    assert {8, 4} <= rows
+
+
 def test_ddp_with_two_processes_prints_on_rank_zero_only():
     script = os.path.join(os.path.dirname(__file__), "ddp_fit.py")
     result = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=300,
