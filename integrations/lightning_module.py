@@ -97,17 +97,25 @@ def manual_training_step(module: LightningModule, batch: Any, step: ManualStep) 
     optimizers, schedulers and ``requires_grad`` flags are never touched."""
     optimizers = [_Toggleable(o) for o in step.optimizers]
     schedulers = [_NoSchedule() for _ in module.trainer.lr_scheduler_configs]
-    stand_ins = {
-        "optimizers": lambda use_pl_optimizer=True: optimizers[0] if len(optimizers) == 1 else optimizers,
-        "lr_schedulers": lambda: (schedulers[0] if len(schedulers) == 1 else schedulers) if schedulers else None,
-        "manual_backward": lambda loss, *args, **kwargs: step.backward(loss, *args, **kwargs),
-        "toggle_optimizer": lambda *args, **kwargs: None,
-        "untoggle_optimizer": lambda *args, **kwargs: None,
-    }
-    saved = {name: module.__dict__.get(name) for name in stand_ins}
-    module.__dict__.update(stand_ins)
-    try:
+    with _stood_in(module,
+                   optimizers=lambda use_pl_optimizer=True: optimizers[0] if len(optimizers) == 1 else optimizers,
+                   lr_schedulers=lambda: (schedulers[0] if len(schedulers) == 1 else schedulers) if schedulers else None,
+                   manual_backward=lambda loss, *args, **kwargs: step.backward(loss, *args, **kwargs),
+                   toggle_optimizer=_nothing, untoggle_optimizer=_nothing):
         return module.training_step(batch, 0)
+
+
+def _nothing(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+@contextlib.contextmanager
+def _stood_in(module: LightningModule, **methods: Callable[..., Any]) -> Iterator[None]:
+    """The module's ``methods`` replaced on the instance while inside, then restored as they were."""
+    saved = {name: module.__dict__.get(name) for name in methods}
+    module.__dict__.update(methods)
+    try:
+        yield
     finally:
         for name, value in saved.items():
             if value is None:
@@ -184,17 +192,8 @@ def communication(trainer: Trainer) -> Callable[[Any, DeviceSpec], float]:
 def quiet_logging(module: LightningModule) -> Iterator[None]:
     """``self.log`` needs the loop's result collection, which does not exist at fit start: while
     tracing, logging calls are no-ops."""
-    saved = {name: module.__dict__.get(name) for name in ("log", "log_dict")}
-    module.log = lambda *args, **kwargs: None  # type: ignore[method-assign]
-    module.log_dict = lambda *args, **kwargs: None  # type: ignore[method-assign]
-    try:
+    with _stood_in(module, log=_nothing, log_dict=_nothing):
         yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                module.__dict__.pop(name, None)
-            else:
-                module.__dict__[name] = value
 
 
 def predict_fit(trainer: Trainer, module: LightningModule, spec: PrecisionSpec | None, checkpoint: Any,
