@@ -112,7 +112,7 @@ def memory_seconds(nbytes: float, device: DeviceSpec, coef: CostCoefficients, op
 
 
 def wave_seconds(batch: int, m: int, n: int, k: int, dtype: str, device: DeviceSpec, coef: CostCoefficients,
-                 scale: float = 1.0, max_split: int = 128) -> float:
+                 scale: float = 1.0, max_split: int = _SPLITS[-1]) -> float:
     """Wave-quantized time of ``batch`` GEMMs of ``(m x k) @ (k x n)`` (see module doc).
 
     ``scale`` multiplies the efficiency (convolutions' implicit GEMMs, misaligned kernels);
@@ -131,7 +131,7 @@ def wave_seconds(batch: int, m: int, n: int, k: int, dtype: str, device: DeviceS
 
 @lru_cache(maxsize=1 << 18)
 def _wave_candidates(batch: int, m: int, n: int, k: int, kind: str, sms: int, k_fill: float,
-                     a0: float, max_split: int = 128) -> tuple[tuple[float, float], ...]:
+                     a0: float, max_split: int = _SPLITS[-1]) -> tuple[tuple[float, float], ...]:
     """Per tile and split-K choice: the FLOPs one SM runs over all waves (at the tile's relative
     rate), and the bytes of fp32 partial sums a split-K writes and reads back. Cached: the fits
     evaluate the same shapes thousands of times."""
