@@ -126,9 +126,13 @@ _DATA_MOVEMENT: frozenset[str] = frozenset((
     "pixel_unshuffle", "_adaptive_avg_pool2d", "one_hot", "bernoulli", "_fused_dropout", "_masked_scale",
     "linspace", "randperm", "randint", "_pin_memory", "sort", "unique", "_unique2", "nonzero", "bucketize",
     "searchsorted", "histc", "bincount", "lerp", "lerp_", "addcmul", "addcdiv", "addcmul_", "addcdiv_",
-    # activations whose in-place and backward forms carry no ``pointwise`` tag
+    # activations whose forms carry no ``pointwise`` tag in some PyTorch versions (leaky_relu in 2.11)
     "hardswish", "hardswish_", "hardswish_backward", "hardsigmoid", "hardsigmoid_", "hardsigmoid_backward",
-    "hardtanh_backward", "silu_backward", "mish_backward", "elu_backward", "leaky_relu_backward",
+    "hardtanh", "hardtanh_", "hardtanh_backward", "silu", "silu_", "silu_backward", "mish", "mish_",
+    "mish_backward", "elu", "elu_", "elu_backward", "leaky_relu", "leaky_relu_", "leaky_relu_backward",
+    "gelu", "gelu_", "gelu_backward", "relu", "relu_", "threshold", "threshold_backward", "softplus",
+    "softplus_backward", "sigmoid_backward", "tanh_backward", "glu", "glu_backward", "prelu",
+    "_prelu_kernel", "_prelu_kernel_backward", "log_sigmoid_forward", "log_sigmoid_backward",
 ))
 
 DTYPE_KEYS: dict[torch.dtype, str] = {

@@ -44,6 +44,9 @@ CUDA_FP32_SET_OPT_DTYPE_OPS: tuple[str, ...] = (
     "prod", "prod.dim_int", "softmax.int", "log_softmax.int", "cumprod", "cumsum",
     "linalg_vector_norm", "linalg_matrix_norm", "linalg_matrix_norm.str_ord", "sum",
     "sum.dim_IntList",
+    # named-tensor overloads: CUDA autocast casts them in some versions (2.11), not in others
+    "prod.dim_Dimname", "softmax.Dimname", "log_softmax.Dimname", "cumprod.dimname", "cumsum.dimname",
+    "sum.dim_DimnameList",
 )
 
 # CUDA casts these to the autocast dtype but CPU autocast does not.

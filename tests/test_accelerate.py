@@ -59,9 +59,10 @@ def test_bf16_is_read_from_the_accelerator_and_traced_without_its_autocast_wrapp
     from ptp_callback.tracer import trace_step
 
     inputs = tracker.inputs
+    where = next(inputs.model.parameters()).device.type  # the wrapper autocasts on the accelerator's device
     with inputs.context():
-        fp32 = trace_step(inputs.model, inputs.batch, inputs.step_fn, None, "32-true", target_type="cpu")
-    wrapped = trace_step(inputs.model, inputs.batch, inputs.step_fn, None, "32-true", target_type="cpu")
+        fp32 = trace_step(inputs.model, inputs.batch, inputs.step_fn, None, "32-true", target_type=where)
+    wrapped = trace_step(inputs.model, inputs.batch, inputs.step_fn, None, "32-true", target_type=where)
     assert not any("bf16" in op.out_dtypes for op in fp32.ops)
     assert any("bf16" in op.out_dtypes for op in wrapped.ops)  # what tracing through the wrapper would do
     assert "_original_forward" in vars(inputs.model) and "forward" in vars(inputs.model)  # the wrapper is back
@@ -70,7 +71,8 @@ def test_bf16_is_read_from_the_accelerator_and_traced_without_its_autocast_wrapp
 def test_the_accelerator_and_track_must_agree():
     accelerator = Accelerator(mixed_precision="no", gradient_accumulation_steps=4)
     spec, label, accumulate, processes, main, device = read_accelerator(accelerator, None, None)
-    assert (spec.name, label, accumulate, processes, main, device.type) == ("32-true", "32-true", 4, 1, True, "cpu")
+    assert (spec.name, label, accumulate, processes, main) == ("32-true", "32-true", 4, 1, True)
+    assert device == accelerator.device  # cuda on a machine with a GPU
     with pytest.raises(ValueError, match=r"ptp.track\(precision='bf16-mixed'\): the accelerator runs "
                                          r"mixed_precision='no'; drop precision="):
         read_accelerator(accelerator, "bf16-mixed", None)
