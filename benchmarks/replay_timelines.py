@@ -256,7 +256,8 @@ def observe(rec: dict, eng: Engine, host_loop_s: float | None = None) -> Observe
     saves = [(eng.checkpoint_bytes, _after(ev, i)) for i, e in enumerate(ev) if e[0] == "ckpt"]
     removes = [(b, s - saves[0][1]) for b, s in saves[1:]] if replaces_previous(rec) else []
     t = {n: t for n, t, *_ in ev}
-    ends = [(eng.param_bytes, t["fit_end"] - t["train_end"])] if "train_end" in t else []
+    # Lightning's teardown moves the parameters and the optimizer's state to the CPU
+    ends = [(eng.checkpoint_bytes, t["fit_end"] - t["train_end"])] if "train_end" in t else []
     return Observed([loop], [eng.batch_bytes], starts, saves[:1], removes, ends,
                     [max(0.0, first - mean)] if first is not None else [])
 
@@ -283,10 +284,12 @@ def fit_host(records: list[dict], base: HostCosts = H100_HOST) -> HostCosts:
     input_rate = 1.0 / statistics.median(big) if big and statistics.median(big) > 0 else base.input_bytes_per_s
     obs = [observe(r, e, loop) for r, e in zip(records, engines)]
     starts = [s for o in obs for s in o.loader_starts]
+    # The teardown copies the model and the optimizer's state to the host: a fixed cost plus a pure
+    # copy rate. A save copies the same way, then serializes and writes: the rest of its per-byte time.
+    end_fixed, copy_per_byte = _line([e for o in obs for e in o.ends], base.end_s, 1.0 / base.copy_bytes_per_s)
     saves = [s for o in obs for s in o.saves]
-    fixed, per_byte = _line(saves, base.save_fixed_s, 1.0 / base.copy_bytes_per_s)
-    copy_rate = 1.0 / per_byte
-    ends = [(b, s - b / copy_rate) for o in obs for b, s in o.ends]
+    fixed, per_byte = _line(saves, base.save_fixed_s, copy_per_byte + 1.0 / base.write_bytes_per_s)
+    write_per_byte = per_byte - copy_per_byte
     removes = [s / b for o in obs for b, s in o.removes]
     remove_per_byte = statistics.median(removes) if removes else 1.0 / base.remove_bytes_per_s
     return replace(
@@ -295,11 +298,11 @@ def fit_host(records: list[dict], base: HostCosts = H100_HOST) -> HostCosts:
         val_loop_s=loop,
         input_bytes_per_s=input_rate,
         loader_start_s=max(0.0, statistics.median(starts)) if starts else base.loader_start_s,
-        copy_bytes_per_s=copy_rate,
-        write_bytes_per_s=math.inf,  # a GPU host's saves are fitted as one rate: copy, then write
+        copy_bytes_per_s=1.0 / copy_per_byte,
+        write_bytes_per_s=1.0 / write_per_byte if write_per_byte > 0 else math.inf,
         save_fixed_s=max(0.0, fixed),
         remove_bytes_per_s=1.0 / remove_per_byte if remove_per_byte > 0 else math.inf,
-        end_s=max(0.0, statistics.median(s for _b, s in ends)) if ends else base.end_s,
+        end_s=max(0.0, end_fixed),
         source=f"fitted on {len(records)} recorded fits",
     )
 
@@ -329,7 +332,7 @@ def plan_for(rec: dict, host: HostCosts) -> RunPlan:
                     sanity_batches=schedule.sanity_batches or 0,
                     checkpoint_bytes=eng.checkpoint_bytes if rec.get("checkpoint") is not False else 0.0,
                     saves_replace_previous=replaces_previous(rec),
-                    model_bytes_to_cpu_at_end=eng.param_bytes, loader_started_before_first_epoch=True)
+                    state_bytes_to_cpu_at_end=eng.checkpoint_bytes, loader_started_before_first_epoch=True)
 
 
 # ---------------------------------------------------------------------------------- replay

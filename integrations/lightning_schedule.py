@@ -58,6 +58,7 @@ from dataclasses import replace
 from typing import Any, Callable
 
 import lightning.pytorch as pl
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.callbacks import Timer
 
 from ptp_callback.checkpoints import CheckpointSettings, save_positions
@@ -196,8 +197,17 @@ def read_checkpoints(trainer: "pl.Trainer", schedule: FitSchedule) -> tuple[tupl
         if facts is None:
             # save_top_k=k keeps k files: once k exist, each new save deletes one (-1 keeps all)
             facts = CheckpointFacts(directory=cb.dirpath, weights_only=cb.save_weights_only,
-                                    replaces_previous=cb.save_top_k > 0)
+                                    replaces_previous=cb.save_top_k > 0, buffered=saves_through_memory(trainer))
     return tuple(sorted(positions)), every_s, facts
+
+
+def saves_through_memory(trainer: "pl.Trainer") -> bool:
+    """Whether the trainer's checkpoint IO is Lightning's own ``TorchCheckpointIO``, whose
+    ``_atomic_save`` serializes the whole checkpoint into a ``BytesIO`` and then writes it."""
+    try:
+        return isinstance(trainer.strategy.checkpoint_io, TorchCheckpointIO)
+    except AttributeError:  # a strategy without checkpoint IO
+        return False
 
 
 def with_epoch_length(trainer: "pl.Trainer", schedule: FitSchedule,

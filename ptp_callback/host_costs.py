@@ -21,6 +21,7 @@ Where they come from:
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import platform
@@ -62,7 +63,7 @@ class HostCosts:
 
 
 # Fitted on the six Lightning fits of benchmarks/data/timelines.jsonl (NVIDIA H100 80GB HBM3 host,
-# 16 cores, Lightning 2.6.6, Rich bar, 4 loader workers), 2026-11-23, with
+# 16 cores, Lightning 2.6.6, Rich bar, 4 loader workers), 2026-11-24, with
 # `python benchmarks/replay_timelines.py --fit-host`. Each is a host property: a cost per batch,
 # per loader start, per byte copied or written -- none belongs to a model.
 H100_HOST = HostCosts(
@@ -70,11 +71,11 @@ H100_HOST = HostCosts(
     val_loop_s=3.0e-3,
     loader_start_s=0.55,
     input_bytes_per_s=6.5e9,
-    copy_bytes_per_s=0.43e9,
-    write_bytes_per_s=4.0e9,
+    copy_bytes_per_s=1.19e9,
+    write_bytes_per_s=0.68e9,
     save_fixed_s=0.08,
     remove_bytes_per_s=3.0e9,
-    end_s=0.28,
+    end_s=0.24,
     source="fitted on Lightning fits recorded on an H100 host (benchmarks/data/timelines.jsonl)",
 )
 
@@ -110,19 +111,26 @@ def probe_host(
     base: HostCosts,
     *,
     checkpoint_dir: str | None = None,
+    buffered_saves: bool = False,
     num_workers: int = 0,
     device: torch.device | None = None,
     cache: bool = True,
 ) -> HostCosts:
     """``base`` with what this machine measures in its place: the worker start of a DataLoader
     with ``num_workers`` workers, the write rate of ``checkpoint_dir``, and with a CUDA ``device``
-    the device-to-host copy rate. Each probe is cached on disk per host and setting."""
+    the device-to-host copy rate. Each probe is cached on disk per host and setting.
+
+    ``buffered_saves``: the framework serializes a checkpoint into memory and then writes it
+    (Lightning's ``TorchCheckpointIO``), which the probe then does too: on an H100 host and on a
+    2-core CPU that took about twice as long per byte as ``torch.save`` straight to the file."""
     costs = base
     if num_workers > 0:
         start = _cached(f"loader-{num_workers}-{_start_method()}", lambda: {"s": _loader_start_s(num_workers)}, cache)
         costs = replace(costs, loader_start_s=start["s"])
     if checkpoint_dir:
-        write = _cached(f"write-{_filesystem_key(checkpoint_dir)}", lambda: _write_rate(checkpoint_dir), cache)
+        how = "buffered" if buffered_saves else "direct"
+        write = _cached(f"write-{how}-{_filesystem_key(checkpoint_dir)}",
+                        lambda: _write_rate(checkpoint_dir, buffered_saves), cache)
         costs = replace(costs, write_bytes_per_s=write["bytes_per_s"], save_fixed_s=write["fixed_s"],
                         remove_bytes_per_s=write["remove_bytes_per_s"])
     if device is not None and device.type == "cuda" and torch.cuda.is_available():
@@ -187,8 +195,19 @@ def _filesystem_key(directory: str) -> str:
     return f"{os.stat(path).st_dev}"
 
 
-def _write_rate(directory: str) -> dict[str, float]:
-    """``torch.save`` of a small and a 64 MB state to ``directory``: fixed cost and bytes per second."""
+def _save(state: dict[str, torch.Tensor], path: str, buffered: bool) -> None:
+    if not buffered:
+        torch.save(state, path)
+        return
+    buffer = io.BytesIO()  # as lightning.fabric's _atomic_save: the whole checkpoint in memory first
+    torch.save(state, buffer)
+    with open(path, "wb") as f:
+        f.write(buffer.getvalue())
+
+
+def _write_rate(directory: str, buffered: bool = False) -> dict[str, float]:
+    """``torch.save`` of a small and a 64 MB state to ``directory`` (through an in-memory buffer
+    when ``buffered``): fixed cost and bytes per second."""
     target = directory if os.path.isdir(directory) else tempfile.gettempdir()
     small = {"w": torch.zeros(16)}
     big = {f"w{i}": torch.ones(2**20, dtype=torch.float32) for i in range(16)}  # 64 MB in 16 tensors
@@ -198,7 +217,7 @@ def _write_rate(directory: str) -> dict[str, float]:
         os.close(fd)
         try:
             started = time.perf_counter()
-            torch.save(state, path)
+            _save(state, path, buffered)
             times.append(time.perf_counter() - started)
         finally:
             started = time.perf_counter()
@@ -210,14 +229,18 @@ def _write_rate(directory: str) -> dict[str, float]:
 
 
 def _copy_rate(device: torch.device) -> float:
-    """Device-to-host copies into fresh host memory, as ``torch.save`` and ``module.cpu()`` do."""
-    tensors = [torch.ones(2**20, device=device) for _ in range(16)]  # 64 MB
+    """Device-to-host copies into fresh host memory, as ``torch.save`` and ``module.cpu()`` do.
+
+    Four 64 MB tensors: above glibc's largest mmap threshold (32 MB), so each copy lands in fresh
+    pages as a checkpoint's gigabytes do. On an H100 host 64 MB in 4 MB pieces copied at 1.3-7 GB/s
+    (reused heap memory), 1-2 GB at 1.3-1.5 GB/s."""
+    tensors = [torch.ones(2**24, device=device) for _ in range(4)]  # 256 MB
     torch.cuda.synchronize(device)  # the copies below must not wait on the fills
     started = time.perf_counter()
     copies = [t.cpu() for t in tensors]
     seconds = time.perf_counter() - started
     del copies, tensors
-    return 64 * 2**20 / max(1e-6, seconds)
+    return 256 * 2**20 / max(1e-6, seconds)
 
 
 def as_dict(costs: HostCosts) -> dict[str, float | str]:

@@ -117,7 +117,7 @@ def plan_run(
     sanity_batches: int = 0,
     checkpoint_bytes: float = 0.0,
     saves_replace_previous: bool = False,
-    model_bytes_to_cpu_at_end: float = 0.0,
+    state_bytes_to_cpu_at_end: float = 0.0,
     comm_s: float = 0.0,
     loader_started_before_first_epoch: bool = False,
     sanity_calibrates: bool = False,
@@ -128,8 +128,8 @@ def plan_run(
     ``checkpoint_bytes``: what one save writes (weights and optimizer state, as saved);
     ``saves_replace_previous``: each save after the first deletes the checkpoint it replaces
     (``ModelCheckpoint(save_top_k=1)``, the default);
-    ``model_bytes_to_cpu_at_end``: what the framework copies back to the host at teardown
-    (Lightning moves the model to the CPU); ``loader_started_before_first_epoch``: the training
+    ``state_bytes_to_cpu_at_end``: what the framework copies back to the host at teardown
+    (Lightning's ``Strategy.teardown`` moves the optimizer's state and the model to the CPU); ``loader_started_before_first_epoch``: the training
     loader's workers are already running when the first epoch starts (Lightning starts them while
     setting up). ``spare_cores``: on a CPU fit, the cores the step's threads leave idle for loader
     workers (``None`` on a GPU, where the step runs on the device and the cores are the workers').
@@ -155,7 +155,7 @@ def plan_run(
     sanity = val_start + sanity_batches * val_batch + sanity_warmup if sanity_batches else 0.0
     workers = train_loader.num_workers > 0 or (val is not None and val_loader.num_workers > 0)
     end = host.end_s - (0.0 if workers else host.end_workers_s)
-    end += model_bytes_to_cpu_at_end / host.copy_bytes_per_s if on_gpu else 0.0
+    end += state_bytes_to_cpu_at_end / host.copy_bytes_per_s if on_gpu else 0.0
     return RunPlan(
         train_batch_s=train_batch,
         optimizer_step_s=train.optimizer_s + comm_s,

@@ -34,11 +34,13 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class CheckpointFacts:
     """What the plan needs of the run's checkpoints: where they go, whether the optimizer state is
-    saved, and whether each save replaces (deletes) the previous file."""
+    saved, whether each save replaces (deletes) the previous file, and whether a save serializes
+    the checkpoint into memory before writing it (``buffered``, Lightning's way)."""
 
     directory: str | None = None
     weights_only: bool = False
     replaces_previous: bool = False
+    buffered: bool = False
 
 
 @dataclass
@@ -109,18 +111,20 @@ def predict_run(
             base = cpu_host(coef.extra["host_speed"])
         if run_device is not None and (run_device.type == "cuda") == on_gpu:  # training runs here: measure it
             host = probe_host(base, checkpoint_dir=checkpoint.directory if checkpoint else None,
+                              buffered_saves=bool(checkpoint and checkpoint.buffered),
                               num_workers=max(train_loader.num_workers, val_loader.num_workers), device=run_device)
         else:
             host = base
     comm_s = communication(step, spec) if communication is not None else 0.0
     checkpoint_bytes = 0.0
+    state_bytes = float(trace.param_bytes + trace.optimizer_state_bytes)
     if checkpoint is not None:
         checkpoint_bytes = float(trace.param_bytes + (0 if checkpoint.weights_only else trace.optimizer_state_bytes))
     plan = plan_run(StepCosts.of(step), StepCosts.of(val_step) if val_step is not None else None, host,
                     on_gpu=on_gpu, autocast=precision.autocast_dtype is not None, train_loader=train_loader,
                     val_loader=val_loader, sanity_batches=sanity_batches, checkpoint_bytes=checkpoint_bytes,
                     saves_replace_previous=bool(checkpoint and checkpoint.replaces_previous),
-                    model_bytes_to_cpu_at_end=float(trace.param_bytes) if model_to_cpu_at_end and on_gpu else 0.0,
+                    state_bytes_to_cpu_at_end=state_bytes if model_to_cpu_at_end and on_gpu else 0.0,
                     comm_s=comm_s, loader_started_before_first_epoch=loader_started_before_first_epoch,
                     sanity_calibrates=not on_gpu, spare_cores=None if on_gpu else spare_cpu_cores())
     return RunPrediction(trace, step, val_step, plan, spec, coef, host, checkpoint_bytes, 0.0 if cached else trace_s,

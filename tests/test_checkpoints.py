@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 import lightning as L
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.plugins.io import CheckpointIO
 from torch.utils.data import DataLoader, TensorDataset
 
 from ptp_callback.checkpoints import CheckpointSettings, save_positions
@@ -39,9 +42,10 @@ class Saves(L.Callback):
         self.batches = 0
         self.actual: list[int] = []
         self.predicted: tuple[int, ...] = ()
+        self.facts = None
 
     def on_fit_start(self, trainer, pl_module):
-        self.predicted, _every_s, _facts = read_checkpoints(trainer, read_schedule(trainer))
+        self.predicted, _every_s, self.facts = read_checkpoints(trainer, read_schedule(trainer))
 
     def on_train_batch_end(self, *args):
         self.batches += 1
@@ -90,6 +94,29 @@ def test_a_monitored_metric_saves_at_most_every_candidate(tmp_path):
     saves = fit(tmp_path, ModelCheckpoint(dirpath=tmp_path / "ckpt", monitor="val_loss", save_top_k=1),
                 max_epochs=4)
     assert set(saves.actual) <= set(saves.predicted)  # only improvements save: the plan counts every candidate
+
+
+class DirectSave(CheckpointIO):
+    """A checkpoint IO that writes with torch.save straight to the file, not through memory."""
+
+    def save_checkpoint(self, checkpoint, path, storage_options=None):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        torch.save(checkpoint, path)
+
+    def load_checkpoint(self, path, map_location=None):
+        return torch.load(path, map_location=map_location, weights_only=False)
+
+    def remove_checkpoint(self, path):
+        os.remove(path)
+
+
+def test_saves_through_lightnings_own_checkpoint_io_are_probed_through_memory(tmp_path):
+    # TorchCheckpointIO serializes into a BytesIO before writing: the write-rate probe must do the same
+    saves = fit(tmp_path, ModelCheckpoint(dirpath=tmp_path / "ckpt"))
+    assert saves.facts.buffered
+    saves = fit(tmp_path, ModelCheckpoint(dirpath=tmp_path / "other"), plugins=[DirectSave()])
+    assert saves.actual and os.listdir(tmp_path / "other")  # the plugin did save
+    assert not saves.facts.buffered
 
 
 def test_no_checkpoint_callback_means_no_saves(tmp_path):

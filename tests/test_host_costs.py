@@ -34,6 +34,14 @@ def test_a_second_probe_reads_the_cache(tmp_path, cache):
     assert second == first and sorted(os.listdir(cache)) == files
 
 
+def test_saves_through_memory_are_probed_and_cached_apart_from_direct_ones(tmp_path, cache):
+    direct = probe_host(CPU_HOST, checkpoint_dir=str(tmp_path))
+    buffered = probe_host(CPU_HOST, checkpoint_dir=str(tmp_path), buffered_saves=True)
+    assert len(os.listdir(cache)) == 2  # two probes, not one read back for the other
+    assert 1e6 < buffered.write_bytes_per_s < 1e12 and 1e6 < direct.write_bytes_per_s < 1e12
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".ptp-probe")]
+
+
 def test_without_workers_or_checkpoints_nothing_is_probed(cache):
     assert probe_host(H100_HOST).loader_start_s == H100_HOST.loader_start_s
     assert not cache.exists()

@@ -15,7 +15,7 @@ def test_a_gpu_plan_adds_the_loop_the_input_copy_and_the_loaders():
     loader = LoaderFacts(num_workers=4, load_s=0.2, batch_bytes=100_000_000)
     plan = plan_run(StepCosts(0.100, optimizer_s=0.010), StepCosts(0.030), HOST, on_gpu=True, autocast=True,
                     train_loader=loader, val_loader=loader, sanity_batches=2, checkpoint_bytes=1e9,
-                    saves_replace_previous=True, model_bytes_to_cpu_at_end=2e8)
+                    saves_replace_previous=True, state_bytes_to_cpu_at_end=2e8)
     # batch: 0.090 compute + 0.004 loop + 100 MB / 5 GB/s = 0.020 copy; 4 workers hide 0.2 s / 4 < 0.09 s
     assert plan.train_batch_s == pytest.approx(0.090 + 0.004 + 0.020)
     assert plan.optimizer_step_s == pytest.approx(0.010)
