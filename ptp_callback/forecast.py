@@ -546,6 +546,7 @@ class RunForecaster:
         if train_unit is None:
             return None
         left: dict[str, float] = dict.fromkeys(KINDS, 0.0)
+        next_left: dict[str, float] = {}  # what the next (or running) occurrence of a kind has left
         for kind in ("train", "val", "epoch", "save", "end", "sanity"):
             count = counts[kind]
             unit, _measured = self._unit(kind)
@@ -558,7 +559,8 @@ class RunForecaster:
             spent = self.meters[kind].current + (since if kind == current else 0.0)
             if kind == "val" and self._val_ended_at == self.position:
                 spent = 0.0  # the run is over: its last seconds are not the next run's
-            left[kind] = _left_of_occurrence(first, spent) + (count - 1) * unit
+            next_left[kind] = _left_of_occurrence(first, spent)
+            left[kind] = next_left[kind] + (count - 1) * unit
             if kind == "train" and first > unit:  # show the first batches' warm-up apart
                 extra = min(left[kind], max(0.0, first - max(spent, unit)))
                 left[kind] -= extra
@@ -570,12 +572,28 @@ class RunForecaster:
             saves = math.floor(counts["train"] * train_unit / self.save_every_s)
             left["save"] += saves * (self._unit("save")[0] or 0.0)
         if s.max_time_s is not None:
-            self._cap_by_max_time(left, now, counts)
+            self._cap_by_max_time(left, now, counts, next_left)
         return left
 
-    def _cap_by_max_time(self, left: dict[str, float], now: float, counts: dict[str, float | None]) -> None:
+    def _validates_at_a_stop(self) -> bool:
+        """Whether a stop in the current epoch runs a validation first: Lightning validates when
+        ``should_stop`` is set (``max_time``, early stopping) in an epoch that validates."""
+        s = self.schedule
+        if not s.val_batches_per_run:
+            return False
+        every = s.check_val_every_n_epoch
+        if every is None or every <= 1:
+            return True
+        if not s.batches_per_epoch:
+            return False
+        in_run = s.start_batch_in_epoch + self.position - s.start_batch
+        return (s.start_epoch + in_run // s.batches_per_epoch + 1) % every == 0
+
+    def _cap_by_max_time(self, left: dict[str, float], now: float, counts: dict[str, float | None],
+                         next_left: dict[str, float]) -> None:
         """``max_time`` stops training once that much time has passed since training started:
-        the training phase left is at most what the limit leaves, then the end (and a save)."""
+        the training phase left is at most what the limit leaves, then the validation the stop
+        runs, a save and the end."""
         s = self.schedule
         assert s.max_time_s is not None
         started = self.train_t0 if self.train_t0 is not None else now
@@ -585,9 +603,13 @@ class RunForecaster:
         if scheduled <= limit_left:
             return
         final_save = (self._unit("save")[0] or 0.0) if (self.saves or self.meters["save"].done) else 0.0
+        stop_val = 0.0
+        if self._validates_at_a_stop():
+            stop_val = next_left.get("val", self._unit("val")[0] or 0.0)
         for kind in phase:
             left[kind] = 0.0
         left["train"] = limit_left
+        left["val"] = stop_val
         left["save"] = final_save
 
     def parts(self, now: float) -> dict[str, Part]:

@@ -129,6 +129,38 @@ def test_max_time_alone_gives_an_eta():
     assert resumed.remaining_s(11.0) == pytest.approx(30.0 + 2.0)
 
 
+def test_a_max_time_stop_mid_epoch_still_runs_a_validation_and_the_save_before_the_end():
+    # Lightning validates when should_stop is set in an epoch that validates, then saves at the
+    # epoch's end: seen on an H100 (2026-11-24), 0.8 s of validation and the save after the limit
+    schedule = build_schedule(batches_per_epoch=100, max_epochs=None, max_steps=None, val_check_batch=100,
+                              check_val_every_n_epoch=1, val_batches_per_run=10, max_time_s=20.0)
+    plan = RunPlan(train_batch_s=0.1, val_batch_s=0.05, val_run_s=0.3, save_s=0.4, end_s=0.3)
+    forecaster = RunForecaster(schedule, plan, saves=())
+    forecaster.fit_start(0.0)
+    forecaster.train_start(0.0)
+    forecaster.epoch_start(0.0)
+    t = 0.0
+    for _ in range(100):
+        forecaster.batch_start(t)
+        t += 0.1
+        forecaster.batch_end(t)
+    forecaster.val_start(t)
+    forecaster.val_end(t + 0.8)
+    forecaster.epoch_end(t + 0.8)
+    forecaster.save_start(t + 0.8)
+    forecaster.save_end(t + 1.2)
+    forecaster.epoch_start(t + 1.2)
+    t += 1.2
+    while t < 19.95:
+        forecaster.batch_start(t)
+        t += 0.1
+        forecaster.batch_end(t)
+    # the limit is spent: what is left is one validation run (0.8 s measured), a save (0.4 s) and the end
+    assert forecaster.remaining_s(20.0) == pytest.approx(0.8 + 0.4 + 0.3, abs=0.06)
+    forecaster.val_start(20.0)
+    assert forecaster.remaining_s(20.5) == pytest.approx(0.3 + 0.4 + 0.3, abs=0.06)  # that run is half done
+
+
 def test_max_time_caps_a_longer_schedule():
     schedule = schedule_of(max_epochs=100, val_batches_per_run=0, val_check_batch=None, sanity_batches=0,
                            max_time_s=50.0)  # 1000 batches of 1 s would be far longer
