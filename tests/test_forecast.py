@@ -20,6 +20,15 @@ def schedule_of(**overrides):
     return build_schedule(**settings)
 
 
+def run_batches(forecaster: RunForecaster, t: float, count: int, batch_s: float) -> float:
+    """``count`` training batches of ``batch_s`` each from ``t``; returns the time after the last."""
+    for _ in range(count):
+        forecaster.batch_start(t)
+        t += batch_s
+        forecaster.batch_end(t)
+    return t
+
+
 def plan_of(costs: Costs, **overrides) -> RunPlan:
     settings = dict(train_batch_s=costs.batch, val_run_s=costs.val_run, epoch_s=costs.epoch,
                     first_epoch_s=costs.first_epoch, save_s=costs.save, sanity_s=costs.sanity,
@@ -139,22 +148,14 @@ def test_a_max_time_stop_mid_epoch_still_runs_a_validation_and_the_save_before_t
     forecaster.fit_start(0.0)
     forecaster.train_start(0.0)
     forecaster.epoch_start(0.0)
-    t = 0.0
-    for _ in range(100):
-        forecaster.batch_start(t)
-        t += 0.1
-        forecaster.batch_end(t)
+    t = run_batches(forecaster, 0.0, 100, 0.1)
     forecaster.val_start(t)
     forecaster.val_end(t + 0.8)
     forecaster.epoch_end(t + 0.8)
     forecaster.save_start(t + 0.8)
     forecaster.save_end(t + 1.2)
     forecaster.epoch_start(t + 1.2)
-    t += 1.2
-    while t < 19.95:
-        forecaster.batch_start(t)
-        t += 0.1
-        forecaster.batch_end(t)
+    run_batches(forecaster, t + 1.2, 88, 0.1)  # up to the limit, 20 s after training started
     # the limit is spent: what is left is one validation run (0.8 s measured), a save (0.4 s) and the end
     assert forecaster.remaining_s(20.0) == pytest.approx(0.8 + 0.4 + 0.3, abs=0.06)
     forecaster.val_start(20.0)
@@ -276,11 +277,7 @@ def test_an_overrunning_save_is_not_taken_as_done():
     saves = save_positions(schedule, CheckpointSettings())  # after batches 10 and 20
     forecaster = RunForecaster(schedule, RunPlan(train_batch_s=1.0, save_s=3.0), saves=saves)
     forecaster.fit_start(0.0)
-    t = 0.0
-    for _ in range(20):
-        forecaster.batch_start(t)
-        t += 1.0
-        forecaster.batch_end(t)
+    t = run_batches(forecaster, 0.0, 20, 1.0)
     forecaster.epoch_end(t)
     forecaster.save_start(t)
     assert forecaster.remaining_s(t + 1.0) == pytest.approx(2.0)
