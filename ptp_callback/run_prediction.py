@@ -119,7 +119,7 @@ def predict_run(
     checkpoint_bytes = 0.0
     state_bytes = float(trace.param_bytes + trace.optimizer_state_bytes)
     if checkpoint is not None:
-        checkpoint_bytes = float(trace.param_bytes + (0 if checkpoint.weights_only else trace.optimizer_state_bytes))
+        checkpoint_bytes = float(trace.param_bytes) if checkpoint.weights_only else state_bytes
     plan = plan_run(StepCosts.of(step), StepCosts.of(val_step) if val_step is not None else None, host,
                     on_gpu=on_gpu, autocast=precision.autocast_dtype is not None, train_loader=train_loader,
                     val_loader=val_loader, sanity_batches=sanity_batches, checkpoint_bytes=checkpoint_bytes,
