@@ -584,10 +584,7 @@ class RunForecaster:
         every = s.check_val_every_n_epoch
         if every is None or every <= 1:
             return True
-        if not s.batches_per_epoch:
-            return False
-        in_run = s.start_batch_in_epoch + self.position - s.start_batch
-        return (s.start_epoch + in_run // s.batches_per_epoch + 1) % every == 0
+        return bool(s.batches_per_epoch) and (s.epoch_of_batch(self.position) + 1) % every == 0
 
     def _cap_by_max_time(self, left: dict[str, float], now: float, counts: dict[str, float | None],
                          next_left: dict[str, float]) -> None:

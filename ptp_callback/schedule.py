@@ -179,6 +179,24 @@ class FitSchedule:
             val_every_s=self.val_every_s, sanity_batches=self.sanity_batches, max_time_s=self.max_time_s,
             start=self.start, step_on_epoch_end=self.step_on_epoch_end)
 
+    def epoch_of_batch(self, position: int) -> int:
+        """``trainer.current_epoch`` while the batch that brings the fit to ``position`` batches
+        runs (at ``start_batch``: the epoch the fit starts in); the start epoch when epochs have no
+        known length.
+
+        >>> s = build_schedule(batches_per_epoch=10, max_epochs=3, max_steps=None,
+        ...                    val_check_batch=EPOCH_END, check_val_every_n_epoch=1, val_batches_per_run=2)
+        >>> s.epoch_of_batch(10), s.epoch_of_batch(11), s.epoch_of_batch(30)
+        (0, 1, 2)
+        """
+        if not self.batches_per_epoch:
+            return self.start_epoch
+        first_end = self.batches_per_epoch if self.first_epoch_end is None else self.first_epoch_end
+        index = self.start_batch_in_epoch + max(0, position - self.start_batch - 1)  # in the first epoch's count
+        if index < first_end:
+            return self.start_epoch
+        return self.start_epoch + 1 + (index - first_end) // self.batches_per_epoch
+
     def remaining(self, batches_done: int, *, val_pending: bool = False) -> RemainingWork:
         """Work left after ``batches_done`` training batches (a position, so including ``start_batch``).
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -160,6 +161,29 @@ def test_a_max_time_stop_mid_epoch_still_runs_a_validation_and_the_save_before_t
     assert forecaster.remaining_s(20.0) == pytest.approx(0.8 + 0.4 + 0.3, abs=0.06)
     forecaster.val_start(20.0)
     assert forecaster.remaining_s(20.5) == pytest.approx(0.3 + 0.4 + 0.3, abs=0.06)  # that run is half done
+
+
+def test_a_max_time_stop_validates_only_in_an_epoch_that_validates():
+    # check_val_every_n_epoch=2: epoch 0 does not validate, epoch 1 does. A stop right after epoch
+    # 0's last batch runs no validation; one during epoch 1 does.
+    schedule = build_schedule(batches_per_epoch=10, max_epochs=None, max_steps=None, val_check_batch=10,
+                              check_val_every_n_epoch=2, val_batches_per_run=4, max_time_s=10.0)
+    plan = RunPlan(train_batch_s=1.0, val_batch_s=0.5, val_run_s=1.0, end_s=0.5)
+    at_epoch_end = RunForecaster(schedule, plan, saves=())
+    at_epoch_end.fit_start(0.0)
+    at_epoch_end.train_start(0.0)
+    at_epoch_end.epoch_start(0.0)
+    run_batches(at_epoch_end, 0.0, 10, 1.0)
+    assert at_epoch_end.remaining_s(10.0) == pytest.approx(0.5)  # the end only
+    in_epoch_1 = RunForecaster(schedule, replace(plan, train_batch_s=0.5), saves=())
+    in_epoch_1.fit_start(0.0)
+    in_epoch_1.train_start(0.0)
+    in_epoch_1.epoch_start(0.0)
+    run_batches(in_epoch_1, 0.0, 10, 0.5)
+    in_epoch_1.epoch_end(5.0)
+    in_epoch_1.epoch_start(5.0)
+    run_batches(in_epoch_1, 5.0, 10, 0.5)  # 20 batches: epoch 1's last, at the limit
+    assert in_epoch_1.remaining_s(10.0) == pytest.approx(1.0 + 4 * 0.5 + 0.5)  # a validation run, then the end
 
 
 def test_max_time_caps_a_longer_schedule():
