@@ -83,6 +83,7 @@ def main(mixed_precision: str = "no", accumulate: int = 2, epochs: int = 2, *, d
                 losses = accelerator.gather_for_metrics(torch.stack([step_fn(model, b) for b in val]))
         accelerator.print(f"epoch {epoch}: val_loss {losses.mean().item():.3f}")
     tracker.close()
+    accelerator.wait_for_everyone()
     accelerator.end_training()
     return tracker
 
