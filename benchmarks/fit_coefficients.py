@@ -77,8 +77,8 @@ OP_PARAMS: dict[str, list[Param]] = {
     "conv": [
         *[("conv_eff", f"conv:{fam}:{p}:{d}", 0.05, 1.5) for fam in _CONV_FAMILIES
           for p in ("fwd", "dgrad", "wgrad") for d in ("tf32", "bf16", "fp16")],
-        *[("extra", f"conv_layout_passes:{fam}:{p}:{d}", 0.0, 4.0) for fam in _CONV_FAMILIES if fam != "pointwise"
-          for p in ("fwd", "bwd") for d in ("tf32", "bf16", "fp16")],
+        *[("extra", f"conv_layout_passes:{fam}:{p}:{d}", 0.0, 4.0) for fam in _CONV_FAMILIES
+          for p in ("fwd", "bwd") for d in ("tf32", "bf16", "fp16") if fam != "pointwise" or d != "tf32"],
         *[("mem_eff", f"conv:{fam}:{p}", 0.05, 1.0) for fam in _CONV_FAMILIES
           for p in ("fwd", "bwd")],
         *[("latency_s", f"conv:{fam}:{p}", 0.0, 300e-6) for fam in _CONV_FAMILIES

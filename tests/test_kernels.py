@@ -229,14 +229,36 @@ def test_3x3_stride_1_convolutions_are_a_kernel_family_of_their_own():
 def test_only_convolutions_cudnn_runs_in_nhwc_pay_for_the_layout_conversion():
     with FakeTensorMode():
         x = torch.empty(8, 64, 14, 14, dtype=torch.bfloat16)
-        dense, pointwise = _conv_cost(x, 128), _conv_cost(x, 128, kernel=1)
-        pointwise_grad = _conv_cost(x, 128, kernel=1, backward=True)
+        aligned = torch.empty(8, 64, 16, 16, dtype=torch.bfloat16)
+        dense, pointwise = _conv_cost(aligned, 128), _conv_cost(aligned, 128, kernel=1)
+        pointwise_grad = _conv_cost(aligned, 128, kernel=1, backward=True)
+        odd_map, odd_map_grad = _conv_cost(x, 128, kernel=1), _conv_cost(x, 128, kernel=1, backward=True)
         fp32 = _conv_cost(torch.empty(8, 64, 14, 14), 128)
+        fp32_odd_map = _conv_cost(torch.empty(8, 64, 14, 14), 128, kernel=1)
     # A 3x3 convolution of an NCHW bf16 tensor converts its input, weight and output to NHWC and back.
-    assert dense.layout_bytes == 2 * (8 * 64 * 196 + 128 * 64 * 9 + 8 * 128 * 196) * 2
-    # A 1x1 stride-1 convolution is a GEMM per image in NCHW; fp32 convolutions run without tensor cores.
+    assert dense.layout_bytes == 2 * (8 * 64 * 256 + 128 * 64 * 9 + 8 * 128 * 256) * 2
+    # A 1x1 stride-1 convolution is a GEMM per image in NCHW when an image's pixels keep 16-byte rows
+    # (256 pixels); 196 do not, and that one converts like a 3x3 one, forward and backward.
     assert pointwise.kernel == "pointwise" and pointwise.layout_bytes == pointwise_grad.layout_bytes == 0
-    assert fp32.layout_bytes == 0
+    assert odd_map.kernel == "pointwise" and odd_map.layout_bytes == 2 * (8 * 64 * 196 + 128 * 64 + 8 * 128 * 196) * 2
+    assert odd_map_grad.layout_bytes > 0
+    # fp32 convolutions run without the conversion, whatever the map.
+    assert fp32.layout_bytes == fp32_odd_map.layout_bytes == 0
+
+
+def test_a_convolutions_bias_pass_costs_the_same_in_half_precision_as_in_fp32_on_a_gpu():
+    with FakeTensorMode():
+        half = _conv_cost(torch.empty(8, 64, 16, 16, dtype=torch.bfloat16), 128, bias=True)
+        full = _conv_cost(torch.empty(8, 64, 16, 16), 128, bias=True)
+
+    def bias_seconds(cost: OpCost) -> float:
+        def seconds(c: OpCost) -> float:
+            return kernel_seconds(OpRecord("aten.convolution.default", "forward", "", c), TOY, COEF)
+        return seconds(cost) - seconds(replace(cost, aux_bytes=0.0))
+
+    # The bf16 output has half the bytes, but the broadcast add runs per element: the same time.
+    assert half.aux_bytes == full.aux_bytes / 2
+    assert bias_seconds(full) > 0 and bias_seconds(half) == pytest.approx(bias_seconds(full), rel=1e-6)
 
 
 def test_each_pass_of_a_convolution_is_bound_by_its_own_gemm_or_bytes():
