@@ -92,10 +92,11 @@ def batch_bytes(batch: Any) -> int:
 
 
 def loader_facts(loader: Any, batch: Any = None, load_s: float = 0.0) -> LoaderFacts:
-    """The plan's view of a DataLoader: workers, persistence, one batch's build time and bytes."""
+    """The plan's view of a DataLoader: workers, persistence, one batch's build time and bytes, pinning."""
     return LoaderFacts(
         num_workers=int(getattr(loader, "num_workers", 0) or 0),
         persistent_workers=bool(getattr(loader, "persistent_workers", False)),
         load_s=load_s,
         batch_bytes=batch_bytes(batch) if batch is not None else 0,
+        pin_memory=bool(getattr(loader, "pin_memory", False)),
     )

@@ -82,13 +82,15 @@ class LoaderFacts:
     """What the plan needs to know of a DataLoader.
 
     ``load_s``: seconds to build one batch in the training process (reading and collating the
-    items: measured on an example batch); ``batch_bytes``: the bytes of one batch's tensors.
+    items: measured on an example batch); ``batch_bytes``: the bytes of one batch's tensors;
+    ``pin_memory``: the loader delivers batches in page-locked memory.
     """
 
     num_workers: int = 0
     persistent_workers: bool = False
     load_s: float = 0.0
     batch_bytes: int = 0
+    pin_memory: bool = False
 
 
 @dataclass(frozen=True)
@@ -135,12 +137,12 @@ def plan_run(
     workers (``None`` on a GPU, where the step runs on the device and the cores are the workers').
     """
     compute = train.step_s - train.optimizer_s
-    input_s = train_loader.batch_bytes / host.input_bytes_per_s if on_gpu else 0.0
+    input_s = train_loader.batch_bytes / host.input_rate(train_loader.pin_memory) if on_gpu else 0.0
     train_batch = compute + host.loop_s + input_s + _data_wait(train_loader, compute, spare_cores)
     val_batch = 0.0
     if val is not None:
         val_compute = val.step_s
-        val_input = val_loader.batch_bytes / host.input_bytes_per_s if on_gpu else 0.0
+        val_input = val_loader.batch_bytes / host.input_rate(val_loader.pin_memory) if on_gpu else 0.0
         val_batch = val_compute + host.val_loop_s + val_input + _data_wait(val_loader, val_compute, spare_cores)
     val_start = _loader_start(host, val_loader)
     epoch = 0.0 if train_loader.persistent_workers else _loader_start(host, train_loader)

@@ -42,6 +42,14 @@ def test_saves_through_memory_are_probed_and_cached_apart_from_direct_ones(tmp_p
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".ptp-probe")]
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the input copy probe times transfers to a GPU")
+def test_a_gpu_host_probes_its_input_copies_from_pageable_and_pinned_memory(cache):
+    costs = probe_host(H100_HOST, device=torch.device("cuda"))
+    assert 1e8 < costs.input_bytes_per_s < 1e12 and 1e8 < costs.pinned_input_bytes_per_s < 1e12
+    assert costs.input_rate(True) == costs.pinned_input_bytes_per_s
+    assert costs.input_rate(False) == costs.input_bytes_per_s
+
+
 def test_without_workers_or_checkpoints_nothing_is_probed(cache):
     assert probe_host(H100_HOST).loader_start_s == H100_HOST.loader_start_s
     assert not cache.exists()

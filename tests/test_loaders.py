@@ -43,8 +43,11 @@ def test_loader_facts_and_batch_bytes():
                         num_workers=2, persistent_workers=True)
     batch, seconds = example_batch(loader)
     facts = loader_facts(loader, batch, seconds)
-    assert (facts.num_workers, facts.persistent_workers) == (2, True)
+    assert (facts.num_workers, facts.persistent_workers, facts.pin_memory) == (2, True, False)
     assert facts.batch_bytes == 8 * 4 * 4 + 8 * 8  # float32 features + int64 labels
+    # pin_memory=True: batches arrive page-locked, whether or not this machine has a GPU to pin for
+    pinned = DataLoader(TensorDataset(torch.ones(16, 4)), batch_size=8, pin_memory=True)
+    assert loader_facts(pinned).pin_memory
     assert batch_bytes({"a": [torch.ones(2, dtype=torch.float16)], "b": 3}) == 4
 
 

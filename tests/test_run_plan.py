@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from ptp_callback.host_costs import H100_HOST, HostCosts
@@ -31,6 +33,19 @@ def test_a_gpu_plan_adds_the_loop_the_input_copy_and_the_loaders():
     assert plan.warmup_s == pytest.approx(GPU_WARMUP_TRAIN_S[0] + GPU_WARMUP_TRAIN_S[1])
     assert plan.end_s == pytest.approx(0.25 + 2e8 / 0.5e9)  # Lightning moves the model back to the CPU
     assert plan.warmup_per_sanity_excess > 0 and not plan.sanity_calibrates
+
+
+def test_a_pinned_loaders_batches_copy_at_the_pinned_rate_and_a_pageable_ones_at_the_other():
+    host = replace(HOST, pinned_input_bytes_per_s=25e9)
+    pinned = LoaderFacts(num_workers=4, batch_bytes=100_000_000, pin_memory=True)
+    pageable = replace(pinned, pin_memory=False)
+    plan = plan_run(StepCosts(0.100), StepCosts(0.030), host, on_gpu=True, autocast=False,
+                    train_loader=pinned, val_loader=pageable)
+    assert plan.train_batch_s == pytest.approx(0.100 + 0.004 + 0.004)  # 100 MB at 25 GB/s
+    assert plan.val_batch_s == pytest.approx(0.030 + 0.003 + 0.020)  # 100 MB at 5 GB/s
+    # A host without a pinned rate of its own copies pinned batches at the pageable rate.
+    assert plan_run(StepCosts(0.100), None, HOST, on_gpu=True, autocast=False,
+                    train_loader=pinned).train_batch_s == pytest.approx(0.100 + 0.004 + 0.020)
 
 
 def test_without_workers_the_loop_waits_for_every_batch():
