@@ -83,7 +83,13 @@ def main(mixed_precision: str = "no", accumulate: int = 2, epochs: int = 2, *, d
                 losses = accelerator.gather_for_metrics(torch.stack([step_fn(model, b) for b in val]))
         accelerator.print(f"epoch {epoch}: val_loss {losses.mean().item():.3f}")
     tracker.close()
-    accelerator.wait_for_everyone()
+    # Every process reaches the end before end_training takes the process group down. CPU processes
+    # meet at a plain barrier: wait_for_everyone() names a GPU per process, which a gloo group on a
+    # machine with fewer GPUs than processes cannot use (Accelerate 1.15, PyTorch 2.11).
+    if accelerator.device.type == "cpu" and torch.distributed.is_initialized():
+        torch.distributed.barrier()
+    else:
+        accelerator.wait_for_everyone()
     accelerator.end_training()
     return tracker
 
