@@ -215,9 +215,9 @@ def _bias_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients, per_
 
     ``per_element``: the pass runs at the fp32 time whatever the dtype. cuDNN's path adds the
     bias with a broadcasting kernel and sums its gradient over (N, H, W), whose index arithmetic,
-    not their bytes, bounds them: on the H100 0.29e12 elements/s for the add and 0.58e12 for the
-    sum in fp32, bf16 and fp16 alike (NCHW maps of 7-112 pixels a side), and VGG-16's bias adds
-    took 3.0 ms of a step in fp32 and 2.8 ms in bf16.
+    not their bytes, bounds them: on the H100 about 0.28e12 elements/s for the add and 0.4e12 for
+    the sum in fp32, bf16 and fp16 alike (``benchmarks/conv_bias_rate.py``), and VGG-16's bias
+    adds took 3.0 ms of a step in fp32 and 2.8 ms in bf16.
     """
     nbytes = cost.aux_bytes
     if per_element and not _cpu_rooflines(coef):
