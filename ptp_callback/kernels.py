@@ -43,7 +43,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from .coefficients import CostCoefficients, pick
-from .costs import OpCost
+from .costs import DTYPE_KEYS, OpCost
 
 if TYPE_CHECKING:
     from .devices import DeviceSpec
@@ -229,7 +229,8 @@ def _bias_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients, per_
     return memory_seconds(nbytes, device, coef, "elementwise", cost.dtype)
 
 
-_ITEMSIZE = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+# Bytes per element of each dtype key (TF32 math on fp32 storage).
+_ITEMSIZE = {**{key: dtype.itemsize for dtype, key in DTYPE_KEYS.items()}, "tf32": 4}
 
 
 def depthwise_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> float:
