@@ -369,6 +369,19 @@ def test_sanity_batches_from_workers_just_started_do_not_calibrate():
     assert forecaster.plan.val_batch_s == pytest.approx(0.2)
 
 
+def test_the_sanity_checks_fixed_part_replaces_a_validation_runs_predicted_one_on_a_cpu():
+    # Predicted: a validation run's fixed part (its loader's start) 0.1 s, an epoch's start 0.1 s.
+    # The sanity check (2 workers, 4 batches of 0.2 s) took 1.4 s: 0.6 s beyond its batches.
+    plan = RunPlan(train_batch_s=1.0, val_batch_s=0.2, val_run_s=0.1, epoch_s=0.1,
+                   sanity_s=0.9, sanity_calibrates=True, sanity_loader_workers=2)
+    forecaster = after_sanity(plan, (0.6, 0.8, 1.2, 1.4))
+    assert forecaster.plan.val_run_s == pytest.approx(1.4 - 4 * 0.2)
+    assert forecaster.plan.epoch_s == pytest.approx(0.1)  # no evaluation loop to set up there
+    # On a GPU the sanity check's excess is the kernels' first use: the run's fixed part stays predicted.
+    gpu = after_sanity(replace(plan, sanity_calibrates=False), (0.6, 0.8, 1.2, 1.4))
+    assert gpu.plan.val_run_s == pytest.approx(0.1)
+
+
 def test_the_sanity_checks_excess_predicts_the_first_training_steps_warmup_on_a_gpu():
     plan = RunPlan(train_batch_s=1.0, sanity_s=1.5, sanity_warmup_s=0.5, warmup_s=0.3, warmup_per_sanity_excess=2.0)
     forecaster = RunForecaster(schedule_of(), plan)
