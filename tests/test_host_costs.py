@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 import torch
 
+from ptp_callback import host_costs
 from ptp_callback.host_costs import CPU_HOST, H100_HOST, cpu_host, probe_host, spare_cpu_cores
 
 
@@ -39,6 +41,19 @@ def test_saves_through_memory_are_probed_and_cached_apart_from_direct_ones(tmp_p
     buffered = probe_host(CPU_HOST, checkpoint_dir=str(tmp_path), buffered_saves=True)
     assert len(os.listdir(cache)) == 2  # two probes, not one read back for the other
     assert 1e6 < buffered.write_bytes_per_s < 1e12 and 1e6 < direct.write_bytes_per_s < 1e12
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".ptp-probe")]
+
+
+def test_the_write_rate_is_the_median_of_repeated_saves(tmp_path, monkeypatch):
+    # One slow and one fast 64 MB save around a typical one: the rate is the typical one's.
+    seconds = iter([0.0, 0.03, 0.15, 0.06])
+
+    def timed_save(state, path, buffered):
+        time.sleep(next(seconds))
+
+    monkeypatch.setattr(host_costs, "_save", timed_save)
+    rate = host_costs._write_rate(str(tmp_path), buffered=True)
+    assert rate["bytes_per_s"] == pytest.approx(64 * 2**20 / 0.06, rel=0.25)
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".ptp-probe")]
 
 
