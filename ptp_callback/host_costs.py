@@ -221,7 +221,7 @@ def _write_rate(directory: str, buffered: bool = False, repeats: int = 3) -> dic
     (through an in-memory buffer when ``buffered``): fixed cost and bytes per second.
 
     The median of the repeats: on a 2-core VM one process timed the same 64 MB buffered save at
-    270, 730 and 400 MB/s in a row (the page cache's state), and the checkpoint saves of the fit
+    270, 730 and 400 MB/s in a row (serializing into the buffer took most of each), and the saves of the fit
     that followed ran at about 330 MB/s."""
     target = directory if os.path.isdir(directory) else tempfile.gettempdir()
     small = {"w": torch.zeros(16)}
