@@ -218,7 +218,8 @@ class RunForecaster:
         self._save_open = False
         self._epoch_open_at: int | None = None
         self._epoch_closed_at = -1
-        self._sanity_val_ends: list[float] = []
+        self._sanity_val_ends: list[float] = []  # the first ones' times (the loop's work per batch)
+        self._sanity_batches = 0  # all of them (a run's fixed part)
         self._prior: dict[str, float] = {}  # unit costs measured by an earlier run (resume)
         self._own_pending = 0.0  # the callback's own seconds inside the interval now running
         self._limit_used_s = 0.0  # of max_time, used by earlier runs (resume)
@@ -287,8 +288,10 @@ class RunForecaster:
 
     def val_batch_end(self, t: float) -> None:
         """A validation batch ended (the sanity check's refine the plan before step one)."""
-        if self._last == "sanity_start" and len(self._sanity_val_ends) < 64:
-            self._sanity_val_ends.append(t)
+        if self._last == "sanity_start":
+            self._sanity_batches += 1
+            if len(self._sanity_val_ends) < 64:
+                self._sanity_val_ends.append(t)
 
     def val_end(self, t: float) -> None:
         self._event(t, "val_end")
@@ -387,8 +390,8 @@ class RunForecaster:
             measured = min(b - a for a, b in zip(ends, ends[1:]))  # the first batch pays the loader's start
             extra = max(-plan.loop_s, measured - plan.val_batch_s)  # measured loop work replaces the estimate
             plan = replace(plan, train_batch_s=plan.train_batch_s + extra, val_batch_s=measured)
-        if plan.sanity_calibrates and self._sanity_val_ends:
-            plan = self._val_run_from_sanity(plan, sanity_s, len(self._sanity_val_ends))
+        if plan.sanity_calibrates and self._sanity_batches:
+            plan = self._val_run_from_sanity(plan, sanity_s, self._sanity_batches)
         if plan.warmup_per_sanity_excess and plan.sanity_s:
             excess = max(0.0, sanity_s - (plan.sanity_s - plan.sanity_warmup_s))
             plan = replace(plan, warmup_s=plan.warmup_per_sanity_excess * excess)

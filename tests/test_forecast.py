@@ -382,6 +382,14 @@ def test_the_sanity_checks_fixed_part_replaces_a_validation_runs_predicted_one_o
     assert gpu.plan.val_run_s == pytest.approx(0.1)
 
 
+def test_a_long_sanity_checks_fixed_part_counts_every_batch():
+    # num_sanity_val_steps=-1 runs the whole validation set: 100 batches of 0.01 s after 0.1 s of
+    # set-up. The forecaster keeps only the first batches' times, but counts them all.
+    plan = RunPlan(train_batch_s=1.0, val_batch_s=0.01, val_run_s=0.02, sanity_s=1.0, sanity_calibrates=True)
+    forecaster = after_sanity(plan, tuple(0.1 + 0.01 * (i + 1) for i in range(100)))
+    assert forecaster.plan.val_run_s == pytest.approx(0.1)
+
+
 def test_the_sanity_checks_excess_predicts_the_first_training_steps_warmup_on_a_gpu():
     plan = RunPlan(train_batch_s=1.0, sanity_s=1.5, sanity_warmup_s=0.5, warmup_s=0.3, warmup_per_sanity_excess=2.0)
     forecaster = RunForecaster(schedule_of(), plan)
