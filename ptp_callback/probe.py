@@ -17,7 +17,8 @@ import json
 import os
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 
 import torch
@@ -66,7 +67,8 @@ def _device_name(device: torch.device) -> str:
 
 def _cache_path(device: torch.device) -> str:
     root = os.environ.get("PTP_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "ptp_callback")
-    key = hashlib.sha1(f"{_device_name(device)}|{torch.__version__}|v2".encode()).hexdigest()[:16]
+    # v3: fp32 GEMM rates timed at full matmul precision; older caches may hold bf16 or TF32 rates.
+    key = hashlib.sha1(f"{_device_name(device)}|{torch.__version__}|v3".encode()).hexdigest()[:16]
     return os.path.join(root, f"probe-{device.type}-{key}.json")
 
 
@@ -96,14 +98,33 @@ def _single_thread(fn: Callable[[], object], device: torch.device) -> float:
         torch.set_num_threads(threads)
 
 
+@contextmanager
+def _ieee_fp32_matmuls() -> Iterator[None]:
+    """fp32 matmuls at full precision while the probe times them, whatever this process set.
+
+    ``torch.set_float32_matmul_precision("medium")`` lets a CPU with bf16 matrix units run fp32
+    matmuls in bf16 (3.3x faster on a Xeon with AMX: 1.39 against 0.42 TFLOP/s), and "high" runs
+    them in TF32 on an Ampere or newer GPU. A probe taken under either would cache that rate as
+    the fp32 one, and every later process at the default setting would read it as a machine
+    running slower than its cache, slowing every predicted rate (see :func:`at_speed`).
+    """
+    setting = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(setting)
+
+
 def _gemm_seconds(a: torch.Tensor, b: torch.Tensor, device: torch.device) -> float:
     matmul = lambda: a @ b  # noqa: E731 - timed right here, bound for clarity
-    seconds = _timed(matmul, device, 3)
-    if device.type == "cpu" and torch.get_num_threads() > 1:
-        # A busy machine can stall a multi-threaded BLAS at its thread barriers for
-        # milliseconds (100x slower small GEMMs, seen on a 2-core VM): one thread times
-        # the capability too, scaled by the threads, and the faster estimate stands.
-        seconds = min(seconds, _single_thread(matmul, device) / torch.get_num_threads())
+    with _ieee_fp32_matmuls():
+        seconds = _timed(matmul, device, 3)
+        if device.type == "cpu" and torch.get_num_threads() > 1:
+            # A busy machine can stall a multi-threaded BLAS at its thread barriers for
+            # milliseconds (100x slower small GEMMs, seen on a 2-core VM): one thread times
+            # the capability too, scaled by the threads, and the faster estimate stands.
+            seconds = min(seconds, _single_thread(matmul, device) / torch.get_num_threads())
     return seconds
 
 

@@ -74,3 +74,38 @@ def test_a_cpu_draws_random_numbers_and_computes_transcendentals_slower_than_it_
     assert result.element_s["bernoulli_"] > 4 * copy_s and result.element_s["tanh"] > 2 * copy_s
     extra = probe.cpu_coefficients(result).extra["element_s"]
     assert extra["rand"] == result.element_s["uniform_"] and extra["tanh_"] == result.element_s["tanh"]
+
+
+
+def test_fp32_gemms_are_timed_at_full_precision_whatever_the_process_set(tmp_path, monkeypatch):
+    # "medium" runs fp32 matmuls in bf16 on a CPU with bf16 matrix units (3.3x faster on a Xeon
+    # with AMX): a probe timed under it would cache a bf16 rate as the fp32 one.
+    monkeypatch.setenv("PTP_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(probe, "_now", {})
+    in_gemm, seen = [False], []
+    timed, gemm_seconds = probe._timed, probe._gemm_seconds
+
+    def timing(fn, device, repeats):
+        seen.append((in_gemm[0], torch.get_float32_matmul_precision()))
+        return timed(fn, device, repeats)
+
+    def gemm(a, b, device):
+        in_gemm[0] = True
+        try:
+            return gemm_seconds(a, b, device)
+        finally:
+            in_gemm[0] = False
+
+    monkeypatch.setattr(probe, "_timed", timing)
+    monkeypatch.setattr(probe, "_gemm_seconds", gemm)
+    setting = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("medium")
+    try:
+        probe_device(torch.device("cpu"))  # measures: nothing cached in tmp_path
+        probe._speed_now(probe._read(probe._cache_path(torch.device("cpu"))), torch.device("cpu"))
+    finally:
+        torch.set_float32_matmul_precision(setting)
+    gemms = {precision for inside, precision in seen if inside}
+    others = {precision for inside, precision in seen if not inside}
+    assert gemms == {"highest"}
+    assert others == {"medium"}  # the process's setting stands outside the GEMM timings
