@@ -54,6 +54,7 @@ from .schedule import FitSchedule
 __all__ = ["KINDS", "Part", "RunForecaster", "RunPlan"]
 
 KINDS: tuple[str, ...] = ("ptp", "startup", "sanity", "train", "warmup", "val", "epoch", "save", "end")
+_DONE_BEFORE_STEP_ONE = ("ptp", "startup", "sanity")
 
 
 @dataclass(frozen=True)
@@ -207,7 +208,7 @@ class RunForecaster:
         self.train_t0: float | None = None
         self.predicted_total_s: float | None = None  # when the plan was set
         self.before_step_one_s: float | None = None  # at the first training batch's start
-        self.initial_parts: dict[str, Part] = {}
+        self.initial_parts: dict[str, Part] = {}  # what the ETA counted at step one (the report's "predicted")
         self.ended = False
         self._t: float | None = None
         self._last = ""  # the last event
@@ -274,6 +275,8 @@ class RunForecaster:
             self.meters["startup"].close()
         if self.position == self.schedule.start_batch:  # this fit's first batch (the total may be unknown)
             self.before_step_one_s = self.total_s(t)
+            if self.plan is not None:
+                self.initial_parts = self._predicted_at_step_one(t)
 
     def batch_end(self, t: float) -> None:
         self._event(t, "batch_end")
@@ -625,6 +628,14 @@ class RunForecaster:
         left["train"] = limit_left
         left["val"] = stop_val
         left["save"] = final_save
+
+    def _predicted_at_step_one(self, t: float) -> dict[str, Part]:
+        """Each part as the ETA counts it at the first training batch, so that the parts add up to
+        :attr:`before_step_one_s`: the sanity check's refinements of later parts are in, and the
+        parts already done by then keep the plan's prediction from fit start."""
+        now = self.parts(t)
+        return {kind: self.initial_parts.get(kind, part) if kind in _DONE_BEFORE_STEP_ONE else part
+                for kind, part in now.items()}
 
     def parts(self, now: float) -> dict[str, Part]:
         """Each kind's seconds so far, its unit cost, and what the ETA counts for it."""

@@ -481,3 +481,27 @@ def test_the_eta_is_recomputed_sooner_while_the_fit_is_young():
     assert not forecaster.refresh_due(70.0, 69.5, 1.0)
     # refresh_s=0 recomputes at every call.
     assert forecaster.refresh_due(70.0, 70.0, 0.0)
+
+
+def test_the_reports_predicted_parts_are_what_the_eta_counted_at_step_one():
+    # The sanity check refines a validation run's fixed part (0.1 s planned, 0.6 s measured) before
+    # step one: the report's "predicted" validation must be the refined one, and the parts must add
+    # up to the total predicted before step one; the sanity check keeps its fit-start prediction.
+    plan = RunPlan(train_batch_s=1.0, val_batch_s=0.2, val_run_s=0.1, sanity_s=0.9, sanity_calibrates=True,
+                   sanity_loader_workers=2)
+    forecaster = RunForecaster(schedule_of(), plan, warmup_batches=0)
+    forecaster.fit_start(0.0)
+    forecaster.set_plan(plan, 0.0)
+    at_fit_start = forecaster.initial_parts["val"]
+    forecaster.sanity_start(0.0)
+    for t in (0.6, 0.8, 1.2, 1.4):
+        forecaster.val_batch_end(t)
+    forecaster.sanity_end(1.4)
+    forecaster.batch_start(1.5)
+    parts = forecaster.initial_parts
+    runs = at_fit_start.left_count
+    assert at_fit_start.left_s == pytest.approx(runs * (0.1 + 4 * 0.2))
+    assert parts["val"].left_s == pytest.approx(runs * (0.6 + 4 * 0.2))
+    assert parts["sanity"].spent_s + parts["sanity"].left_s == pytest.approx(0.9)  # as planned at fit start
+    ahead = sum(p.spent_s + p.left_s for k, p in parts.items() if k not in ("ptp", "startup", "sanity"))
+    assert ahead + 1.5 == pytest.approx(forecaster.before_step_one_s)  # step one began at 1.5 s
