@@ -43,6 +43,9 @@ class Progress:
         self.batches = int(state["batches"])
 
 
+MAX_GRAD_NORM = 1.0
+
+
 def main(mixed_precision: str = "no", accumulate: int = 2, epochs: int = 2, *, device: str | None = None,
          advise: bool | str = "auto", bar: bool = True, stop_after: int | None = None, state_dir: str | None = None,
          resume: str | None = None, samples: int = 4096) -> RunTracker:
@@ -55,7 +58,9 @@ def main(mixed_precision: str = "no", accumulate: int = 2, epochs: int = 2, *, d
     val = DataLoader(TensorDataset(torch.randn(512, 256), torch.randint(0, 10, (512,))), batch_size=128)
     model, optimizer, train, val = accelerator.prepare(model, optimizer, train, val)
 
-    tracker = ptp.track(model, optimizer, train, step_fn, epochs=epochs, accelerator=accelerator, eval_loader=val,
+    # The loop clips its gradients before each step: traced with the step, so that its cost is predicted.
+    tracker = ptp.track(model, ptp.ClippedGradients(optimizer, MAX_GRAD_NORM), train, step_fn, epochs=epochs,
+                        accelerator=accelerator, eval_loader=val,
                         save_every=stop_after, device=device, advise=advise, bar=bar)
     progress = Progress()
     accelerator.register_for_checkpointing(progress)
@@ -70,6 +75,8 @@ def main(mixed_precision: str = "no", accumulate: int = 2, epochs: int = 2, *, d
             with accelerator.accumulate(model):
                 loss = step_fn(model, batch)
                 accelerator.backward(loss)
+                if accelerator.sync_gradients:
+                    accelerator.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
                 optimizer.step()
                 optimizer.zero_grad()
             progress.batches += 1

@@ -35,11 +35,13 @@ aside (the tracer applies the precision itself, so that other precisions can be 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
+from ptp_callback.clipping import ClippedGradients
 from ptp_callback.precision import PrecisionSpec
 
 __all__ = ["PRECISIONS", "forward_without_autocast", "loader_view", "read_accelerator", "register",
@@ -87,7 +89,9 @@ def unwrap_model(accelerator: Any, model: torch.nn.Module) -> torch.nn.Module:
 
 
 def unwrap_optimizer(optimizer: Any) -> Any:
-    """The torch optimizer inside an ``AcceleratedOptimizer``."""
+    """The torch optimizer inside an ``AcceleratedOptimizer`` (kept inside a ``ClippedGradients``)."""
+    if isinstance(optimizer, ClippedGradients):
+        return dataclasses.replace(optimizer, optimizer=unwrap_optimizer(optimizer.optimizer))
     inner = getattr(optimizer, "optimizer", None)
     return inner if isinstance(inner, torch.optim.Optimizer) else optimizer
 

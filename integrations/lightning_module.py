@@ -18,6 +18,7 @@ from lightning.pytorch import LightningModule, Trainer
 from ptp_callback.comm import ddp_exposed_seconds, fsdp_exposed_seconds
 from ptp_callback.devices import DeviceSpec
 from ptp_callback.loaders import example_batch, first_loader, loader_facts
+from ptp_callback.clipping import ClippedGradients
 from ptp_callback.manual_step import ManualOptimization, ManualStep
 from ptp_callback.precision import PRECISIONS, PrecisionSpec
 from ptp_callback.run_prediction import RunPrediction, predict_run
@@ -78,10 +79,16 @@ def training_step(module: LightningModule, batch: Any) -> Any:
 
 def traced_step(trainer: Trainer, module: LightningModule) -> tuple[Callable[..., Any], Any]:
     """The step function and optimizer argument that trace the module's training step: its
-    ``training_step`` and first optimizer, or under manual optimization all its optimizers."""
-    if module.automatic_optimization:
-        return training_step, trainer.optimizers[0] if trainer.optimizers else None
-    return manual_training_step, ManualOptimization(tuple(trainer.optimizers))
+    ``training_step`` and first optimizer (its gradients clipped as ``gradient_clip_val`` says),
+    or under manual optimization all its optimizers (which the step clips itself, if at all)."""
+    if not module.automatic_optimization:
+        return manual_training_step, ManualOptimization(tuple(trainer.optimizers))
+    optimizer = trainer.optimizers[0] if trainer.optimizers else None
+    limit = trainer.gradient_clip_val
+    if limit:
+        algorithm = getattr(trainer.gradient_clip_algorithm, "value", None) or "norm"
+        return training_step, ClippedGradients(optimizer, float(limit), str(algorithm))
+    return training_step, optimizer
 
 
 class _NoSchedule:

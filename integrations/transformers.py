@@ -20,6 +20,7 @@ read from the Trainer               used as
 ``args.tf32``                       TF32 matmuls on or off (``None``: torch's flag)
 ``state.max_steps``, ``global_step`` the run's length and, on a resume, where it starts
 ``gradient_accumulation_steps``     micro-batches per optimizer step (each is timed)
+``max_grad_norm``                   the gradients' clipping before each step, traced with it
 ``eval_strategy`` / ``eval_steps``  evaluations to come (``eval_delay`` and the final one included)
 ``get_eval_dataloader()``           each evaluation's batches and one batch traced (forward, no grad)
 ``save_strategy`` / ``save_steps``  checkpoint saves to come (the final one included; ``"best"``:
@@ -56,6 +57,7 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import CallbackHandler, ExportableState, ProgressCallback
 
 from ptp_callback.cadence import positions_every, with_evaluations
+from ptp_callback.clipping import ClippedGradients
 from ptp_callback.devices import DeviceSpec
 from ptp_callback.loaders import example_batch, loader_facts
 from ptp_callback.notices import warn
@@ -259,7 +261,10 @@ class PrecisionTimeTrainerCallback(TrainerCallback, ExportableState):
             except Exception:  # noqa: BLE001 - the evaluations are then measured when they run
                 val_batch = None
         target = self.target if self.target is not None else (run_device if run_device.type == "cuda" else "cpu")
-        inputs = TraceInputs(model, batch, None, unwrap_optimizer(optimizer), spec, target, run_device,
+        optimizer = unwrap_optimizer(optimizer)
+        if args.max_grad_norm and args.max_grad_norm > 0:  # the Trainer clips before each step (1.0 by default)
+            optimizer = ClippedGradients(optimizer, float(args.max_grad_norm))
+        inputs = TraceInputs(model, batch, None, optimizer, spec, target, run_device,
                              val_batch=val_batch, context=forward_without_autocast(model))
         checkpoint = CheckpointFacts(directory=args.output_dir, weights_only=bool(args.save_only_model),
                                      replaces_previous=args.save_total_limit is not None) \

@@ -12,6 +12,7 @@ GPU, and (with :class:`PrecisionTimeCallback`) show the whole fit's ETA from bef
 True
 """
 
+from .clipping import ClippedGradients
 from .devices import DeviceSpec, UnknownDeviceError, get_device, known_devices, register_device
 from .manual_step import ManualOptimization
 from .precision import PrecisionSpec
@@ -20,6 +21,7 @@ from .step import predict_step
 from .tracer import Trace, TraceError, trace_step
 
 __all__ = [
+    "ClippedGradients",
     "DeviceSpec",
     "ManualOptimization",
     "PrecisionTimeCallback",

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from .clipping import clipping_of
 from .manual_step import ManualOptimization
 
 __all__ = ["check_model", "check_optimizer"]
@@ -29,6 +30,7 @@ def check_model(model: Any, where: str) -> None:
 def check_optimizer(optimizer: Any, where: str) -> None:
     """An optimizer instance, a factory, or ``None``."""
     call = where.rsplit("=...", 1)[0]
+    optimizer, _clip = clipping_of(optimizer)
     if isinstance(optimizer, str):
         raise ValueError(f"{call}={optimizer!r}): pass the optimizer object (torch.optim.AdamW(...)), "
                          "a factory params -> optimizer, or None for AdamW defaults -- not its name")

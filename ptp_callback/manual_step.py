@@ -35,6 +35,8 @@ from typing import Any, Protocol
 
 import torch
 
+from .clipping import ClippedGradients
+
 
 @dataclass(frozen=True)
 class ManualOptimization:
@@ -58,10 +60,13 @@ class RecordedOptimizer:
     """An optimizer copy whose ``step()`` and ``zero_grad()`` are recorded as the optimizer's work;
     everything else (``param_groups``, ``state``...) is the copy's own."""
 
-    def __init__(self, optimizer: torch.optim.Optimizer, recorder: _Recorder, scaler: Any) -> None:
+    def __init__(self, optimizer: torch.optim.Optimizer, recorder: _Recorder, scaler: Any,
+                 clip: ClippedGradients | None = None, foreach: bool | None = None) -> None:
         self.optimizer = optimizer
         self._recorder = recorder
         self._scaler = scaler
+        self._clip = clip
+        self._foreach = foreach
         self._stepped = False
 
     def step(self, closure: Any = None) -> None:
@@ -72,6 +77,8 @@ class RecordedOptimizer:
             if scaler is not None:
                 scaler.unscale_(optimizer)
                 recorder.pseudo("ptp.sync")  # GradScaler reads found_inf on the host
+            if self._clip is not None:
+                self._clip.apply(optimizer, self._foreach)  # on unscaled gradients, as the frameworks clip
             if not self._stepped:
                 with recorder.paused():
                     optimizer.step()  # creates lazy optimizer state, as after warm-up
@@ -94,10 +101,11 @@ class ManualStep:
     """What a manual step function calls: ``backward(loss)`` and the recorded ``optimizers`` (in
     the order :class:`ManualOptimization` gave them)."""
 
-    def __init__(self, recorder: _Recorder, optimizers: list[torch.optim.Optimizer], scaler: Any) -> None:
+    def __init__(self, recorder: _Recorder, optimizers: list[torch.optim.Optimizer], scaler: Any,
+                 clip: ClippedGradients | None = None, foreach: bool | None = None) -> None:
         self._recorder = recorder
         self._scaler = scaler
-        self.optimizers = [RecordedOptimizer(o, recorder, scaler) for o in optimizers]
+        self.optimizers = [RecordedOptimizer(o, recorder, scaler, clip, foreach) for o in optimizers]
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         if self._scaler is not None:

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from .cache import cache_dir
+from .clipping import ClippedGradients
 from .manual_step import ManualOptimization
 from .precision import PrecisionSpec, as_precision
 from .tracer import OptimizerArg, StepFn, Trace, default_step_fn, trace_step
@@ -90,6 +91,9 @@ def _optimizer_signature(optimizer: OptimizerArg) -> str:
         return "default"
     if isinstance(optimizer, ManualOptimization):
         return "manual|" + "|".join(_optimizer_signature(o) for o in optimizer.optimizers)
+    if isinstance(optimizer, ClippedGradients):
+        return (f"clipped|{optimizer.algorithm}|{optimizer.limit!r}|{optimizer.norm_type!r}|"
+                + _optimizer_signature(optimizer.optimizer))
     if isinstance(optimizer, torch.optim.Optimizer):
         groups = [(len(g["params"]), sorted((k, repr(v)) for k, v in g.items() if k != "params"))
                   for g in optimizer.param_groups]

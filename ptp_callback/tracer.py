@@ -49,6 +49,7 @@ from .attention import run_sdpa
 from .costs import OpCost, describe_op, is_known, op_kind
 from .cuda_autocast import casts_to_fp32, cuda_autocast_on_cpu
 from .fused import run_rms_norm
+from .clipping import ClippedGradients, clipping_of
 from .manual_step import ManualOptimization, ManualStep
 from .meta_dispatch import MetaShortcut
 from .optimizer_precision import eps_underflow
@@ -58,7 +59,7 @@ from .repeated_blocks import trace_repeated
 
 StepFn = Callable[[torch.nn.Module, Any], Any]
 OptimizerArg = (torch.optim.Optimizer | Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer] | ManualOptimization
-                | None)
+                | ClippedGradients | None)
 
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
 _PRIM_DEVICE = torch.ops.prim.device.default
@@ -604,6 +605,7 @@ def _trace(
         stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
         fakes, fakes_by_id = _fake_state(model, spec, device)
         fake_batch = _fake_batch(batch, spec, device)
+        optimizer, clip = clipping_of(optimizer)
         manual = isinstance(optimizer, ManualOptimization)
         copies: list[torch.optim.Optimizer] = []
         if train:
@@ -624,7 +626,7 @@ def _trace(
             stack.enter_context(_CudaKernels(recorder, proxy=proxy_for_cuda))
         stack.enter_context(recorder)
         try:
-            step = ManualStep(recorder, copies, scaler)
+            step = ManualStep(recorder, copies, scaler, clip, foreach=True if target_type == "cuda" else None)
             with recorder.in_phase("forward"), _autocast(spec, device, proxy_for_cuda, mappings):
                 if manual and train:  # the step runs its own backward and optimizer steps
                     step_fn(model, fake_batch, step)  # type: ignore[call-arg]

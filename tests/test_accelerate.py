@@ -45,6 +45,8 @@ def test_fp32_with_accumulation_counts_micro_batches_and_steps(capfd):
     err = capfd.readouterr().err
     assert "ptp: predicted run " in err and "(32 batches)" in err and re.search(r"eta=\d{2}:\d{2} 32-true", err)
     assert "ptp: run took" in err
+    # The loop clips its gradients (ptp.ClippedGradients around the AcceleratedOptimizer): traced with the step.
+    assert any(op.name == "aten._foreach_norm.Scalar" for op in tracker.prediction.trace.ops)
 
 
 def test_bf16_is_read_from_the_accelerator_and_traced_without_its_autocast_wrapper():
