@@ -52,6 +52,31 @@ class _Recorder(Protocol):
     def pseudo(self, name: str, params: int = 0) -> None: ...
 
 
+def run_backward(loss: torch.Tensor, gradient: Any = None, retain_graph: bool | None = None,
+                 create_graph: bool = False, inputs: Any = None) -> None:
+    """``loss.backward(...)``, run by the autograd engine straight from here.
+
+    ``Tensor.backward`` dispatches to the trace's torch function mode (``tracer._CudaKernels``:
+    fused attention, cuDNN recurrent layers), which runs it with itself off the mode stack, and the
+    engine runs the whole backward with the stack it was called with. A checkpointed block
+    (``torch.utils.checkpoint``, Hugging Face's ``gradient_checkpointing``) runs its forward again
+    in the backward: without the mode it took other kernels than the first time (CPU attention,
+    not the fused kernel), and the checkpoint's check of the recomputed tensors failed the trace.
+    """
+    try:
+        from torch.autograd import _make_grads
+        from torch.autograd.graph import _engine_run_backward
+    except ImportError:  # a PyTorch without them: a checkpointed block may not trace
+        loss.backward(gradient, retain_graph, create_graph, inputs)
+        return
+    if inputs is not None:
+        loss.backward(gradient, retain_graph, create_graph, inputs)
+        return
+    grads = _make_grads((loss,), (gradient,), is_grads_batched=False)
+    _engine_run_backward((loss,), grads, create_graph if retain_graph is None else retain_graph, create_graph, (),
+                         allow_unreachable=True, accumulate_grad=True)
+
+
 def param_count(optimizer: torch.optim.Optimizer) -> int:
     return sum(len(g["params"]) for g in optimizer.param_groups)
 
@@ -111,4 +136,4 @@ class ManualStep:
         if self._scaler is not None:
             loss = self._scaler.scale(loss)  # the loss's last forward op, before the backward starts
         with self._recorder.in_phase("backward"):
-            loss.backward(*args, **kwargs)
+            run_backward(loss, *args, **kwargs)

@@ -624,10 +624,15 @@ def _trace(
         stack.enter_context(module_path)
         if target_type == "cuda":
             stack.enter_context(_CudaKernels(recorder, proxy=proxy_for_cuda))
+        if proxy_for_cuda and spec.autocast_dtype is not None:
+            # Registered for the whole step, not only the forward: a checkpointed block
+            # (torch.utils.checkpoint) runs its forward again in the backward, under the autocast
+            # state it saved, and must cast as it did the first time. Outside autocast it does nothing.
+            stack.enter_context(cuda_autocast_on_cpu())
         stack.enter_context(recorder)
         try:
             step = ManualStep(recorder, copies, scaler, clip, foreach=True if target_type == "cuda" else None)
-            with recorder.in_phase("forward"), _autocast(spec, device, proxy_for_cuda, mappings):
+            with recorder.in_phase("forward"), _autocast(spec, device, proxy_for_cuda, mappings, policy_set=True):
                 if manual and train:  # the step runs its own backward and optimizer steps
                     step_fn(model, fake_batch, step)  # type: ignore[call-arg]
                 else:
@@ -665,13 +670,17 @@ def _state_bytes(optimizer: torch.optim.Optimizer) -> int:
 
 
 @contextlib.contextmanager
-def _autocast(spec: PrecisionSpec, device: torch.device, proxy_for_cuda: bool, mappings: list[str]) -> Iterator[None]:
+def _autocast(spec: PrecisionSpec, device: torch.device, proxy_for_cuda: bool, mappings: list[str],
+              policy_set: bool = False) -> Iterator[None]:
+    """The precision's autocast; on the CPU proxy with CUDA's cast policy (``policy_set``: the
+    caller has registered it already)."""
     if spec.autocast_dtype is None:
         yield
         return
     with contextlib.ExitStack() as stack:
         if proxy_for_cuda:
-            stack.enter_context(cuda_autocast_on_cpu())
+            if not policy_set:
+                stack.enter_context(cuda_autocast_on_cpu())
             if "autocast: CUDA cast policy replayed on CPU" not in mappings:
                 mappings.append("autocast: CUDA cast policy replayed on CPU")
         stack.enter_context(torch.autocast(device.type, dtype=spec.autocast_dtype))

@@ -383,3 +383,53 @@ def test_a_manual_step_records_each_backward_and_optimizer_step_and_leaves_the_r
     assert trace.optimizer_state_bytes >= (2 * 72 + 9) * 4  # AdamW's two moments, SGD's momentum
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
     assert not opt_g.state and not opt_c.state and all(p.grad is None for p in model.parameters())
+
+
+class _Attention(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv, self.out = torch.nn.Linear(64, 192), torch.nn.Linear(64, 64)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).view(2, 16, 3, 4, 16).permute(2, 0, 3, 1, 4)
+        attended = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out(attended.transpose(1, 2).reshape(2, 16, 64))
+
+
+class _Checkpointed(torch.nn.Module):
+    """An input layer, then an attention block whose forward the backward runs again."""
+
+    def __init__(self, mode) -> None:
+        super().__init__()
+        self.inp, self.block, self.mode = torch.nn.Linear(64, 64), _Attention(), mode
+
+    def forward(self, x):
+        x = self.inp(x)
+        if self.mode is None:
+            return self.block(x).sum()
+        return torch.utils.checkpoint.checkpoint(self.block, x, use_reentrant=self.mode == "reentrant").sum()
+
+
+@pytest.mark.parametrize("mode, recomputed", [
+    # The reentrant form runs the block's whole forward again; the non-reentrant one stops once it
+    # has every tensor the backward needs (PyTorch's early stop): the output linear's input is the
+    # attention's output, so that linear does not run again.
+    ("reentrant", ["addmm", "scaled_dot_product_attention", "addmm"]),
+    ("non-reentrant", ["addmm", "scaled_dot_product_attention"]),
+])
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
+def test_a_checkpointed_block_runs_its_forward_again_in_the_backward(mode, recomputed, precision):
+    def kernels(model):
+        trace = trace_step(model, torch.randn(2, 16, 64), lambda m, b: m(b), None, precision, target_type="cuda",
+                           extrapolate_repeats=False)
+        return [(op.name.split(".")[1], op.phase, op.cost.dtype) for op in trace.ops
+                if op.cost.op_class in ("gemm", "attention")]
+
+    plain, checkpointed = kernels(_Checkpointed(None)), kernels(_Checkpointed(mode))
+    half = "bf16" if precision == "bf16-mixed" else "fp32"
+    assert [k for k in checkpointed if k[1] == "forward"] == [k for k in plain if k[1] == "forward"]
+    backward = [(name, dtype) for name, phase, dtype in checkpointed if phase == "backward"]
+    # Run again first, in the forward's precision (the fused attention kernel, not CPU attention),
+    # then the same backward as without checkpointing.
+    assert backward[:len(recomputed)] == [(name, half) for name in recomputed]
+    assert backward[len(recomputed):] == [(name, dtype) for name, phase, dtype in plain if phase == "backward"]
