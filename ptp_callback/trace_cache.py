@@ -1,7 +1,8 @@
 """Traces kept on disk, so that the second fit of the same model pays nothing to trace it.
 
-A trace depends only on what the step runs: the model's structure (module types, their settings,
-parameter and buffer shapes and dtypes, which parameters train), the code of every module's
+A trace depends only on what the step runs: the model's structure (module types, their settings
+and on/off attributes such as ``gradient_checkpointing``, parameter and buffer shapes and dtypes,
+which parameters train), the code of every module's
 ``forward`` and of the step function, the batch's shapes and dtypes, the precision, the optimizer
 (class and hyperparameters), the target device type, the torch version and this package's own
 code (a trace holds each op's priced bytes and kernels, so an upgrade traces again).
@@ -125,6 +126,7 @@ def trace_key(
     for cls in classes:
         digest.update(cls.__qualname__.encode())
         _code_digest(getattr(cls, "forward", None), digest)
+    digest.update(_switches(model).encode())
     for name, p in model.named_parameters(remove_duplicate=False):
         digest.update(f"{name}:{tuple(p.shape)}:{p.dtype}:{p.requires_grad}|".encode())
     for name, b in model.named_buffers(remove_duplicate=False):
@@ -133,6 +135,23 @@ def trace_key(
     digest.update(_batch_signature(batch).encode())
     digest.update(_optimizer_signature(optimizer).encode())
     return digest.hexdigest()[:32]
+
+
+def _switches(model: torch.nn.Module) -> str:
+    """The on/off attributes of the model's modules (``training`` aside: the trace sets it), and
+    how each checkpoints: what a ``forward`` branches on without it showing in ``repr`` --
+    Hugging Face's ``gradient_checkpointing`` (its layers then run their forward again in the
+    backward), timm's ``grad_checkpointing``, a ``use_cache`` or ``fused`` flag."""
+    parts = []
+    for name, module in model.named_modules():
+        state = vars(module)
+        flags = sorted(k for k, v in state.items() if isinstance(v, bool) and v and k != "training")
+        checkpointing = state.get("_gradient_checkpointing_func")
+        if isinstance(checkpointing, functools.partial):  # its use_reentrant (the function's repr has an address)
+            flags.append(f"checkpoint{sorted(checkpointing.keywords.items())}")
+        if flags:
+            parts.append(f"{name}:{','.join(flags)}")
+    return "|".join(parts)
 
 
 def cached_trace_step(

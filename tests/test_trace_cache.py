@@ -68,6 +68,26 @@ def test_the_key_sees_everything_the_trace_depends_on():
     assert base not in different and len(set(different)) == len(different)
 
 
+def test_the_key_sees_a_modules_switches_such_as_gradient_checkpointing():
+    # Hugging Face's gradient_checkpointing_enable() sets a flag and a checkpoint function on each
+    # layer; neither shows in repr, and the layers then run their forward again in the backward.
+    pytest.importorskip("transformers")
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    gpt = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=32, vocab_size=128))
+    tokens = torch.randint(0, 128, (2, 32))
+    keys = [trace_key(gpt, tokens, None, None, SPEC, target_type="cuda", train=True)]
+    for kwargs in ({"use_reentrant": False}, {"use_reentrant": True}):
+        gpt.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        keys.append(trace_key(gpt, tokens, None, None, SPEC, target_type="cuda", train=True))
+    gpt.gradient_checkpointing_disable()
+    assert len(set(keys)) == 3
+    assert trace_key(gpt, tokens, None, None, SPEC, target_type="cuda", train=True) == keys[0]
+    # The training flag is the trace's own to set: a model left in eval mode is the same step.
+    gpt.eval()
+    assert trace_key(gpt, tokens, None, None, SPEC, target_type="cuda", train=True) == keys[0]
+
+
 def test_code_keys_are_stable_and_tell_functions_apart():
     assert code_key(step) == code_key(step)
     assert code_key(step) != code_key(lambda m, b: m(b[0]).sum())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 import sys
 
 import pytest
@@ -131,3 +132,21 @@ def test_an_unknown_device_fails_when_the_callback_is_built():
         PrecisionTimeTrainerCallback(device="h10")
     with pytest.raises(ValueError, match=r"advise='always'"):
         PrecisionTimeTrainerCallback(advise="always")
+
+
+def test_gradient_checkpointing_is_traced_with_the_forward_run_again_in_the_backward(tmp_path):
+    import hf_trainer
+
+    def step(**settings):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            _trainer, callback = hf_trainer.main(str(tmp_path / str(len(settings))), samples=64, epochs=1,
+                                                 device="h100-sxm", advise=False, **settings)
+        assert not [w for w in caught if "ptp" in str(w.message)]  # traced: no fallback to measured timing
+        return callback.tracker.prediction
+
+    plain, checkpointed = step(), step(gradient_checkpointing=True)
+    gemms = {name: sum(op.cost.op_class == "gemm" and op.phase == "backward" for op in p.trace.ops)
+             for name, p in (("plain", plain), ("checkpointed", checkpointed))}
+    assert gemms["checkpointed"] > gemms["plain"]  # the blocks' linears run again before their backward
+    assert checkpointed.step.step_s > plain.step.step_s
