@@ -340,6 +340,19 @@ class _CudaKernels(TorchFunctionMode):
         super().__init__()
         self.recorder = recorder
         self.proxy = proxy
+        self._library: torch.library.Library | None = None
+
+    def __enter__(self) -> _CudaKernels:
+        self._library = _nested_kernels(self.recorder, self.proxy)
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            super().__exit__(*exc)
+        finally:
+            if self._library is not None:
+                self._library._destroy()
+                self._library = None
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
@@ -355,6 +368,38 @@ class _CudaKernels(TorchFunctionMode):
             if training and 0.0 < p < 1.0 and isinstance(args[0], torch.Tensor):
                 return torch.native_dropout(args[0], p, True)[0]
         return func(*args, **kwargs)
+
+
+def _nested_kernels(recorder: _Recorder, proxy: bool) -> torch.library.Library:
+    """The same records for the calls :class:`_CudaKernels` does not see: a torch function mode is
+    off while it handles a call, so what a Python-level torch function calls inside (as
+    ``nn.MultiheadAttention``'s ``F.multi_head_attention_forward`` calls SDPA and dropout) reaches
+    the aten ops directly. Those ops get kernels that record them the same way until exit.
+
+    Without them ``nn.TransformerEncoderLayer`` (dropout 0.1) was traced on the CPU proxy as CPU's
+    unfused attention (two batched GEMMs, softmax, three dropout kernels) and torchvision's ViT as
+    CPU's flash kernel, where the GPU runs one fused kernel."""
+    library = torch.library.Library("aten", "IMPL")
+
+    def unfused(query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0,
+                is_causal: bool = False, *, scale: float | None = None, enable_gqa: bool = False) -> Any:
+        return torch.ops.aten._scaled_dot_product_attention_math(query, key, value, attn_mask, dropout_p, is_causal,
+                                                                  None, scale=scale, enable_gqa=enable_gqa)[0]
+
+    def attention(query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0,
+                  is_causal: bool = False, *, scale: float | None = None, enable_gqa: bool = False) -> Any:
+        return run_sdpa(unfused, (query, key, value, attn_mask, dropout_p, is_causal),
+                        {"scale": scale, "enable_gqa": enable_gqa}, recorder)
+
+    library.impl("scaled_dot_product_attention", attention, "CompositeImplicitAutograd")
+    if proxy:
+        def dropout(input: Any, p: float, train: bool) -> Any:
+            if train and 0.0 < p < 1.0:
+                return torch.native_dropout(input, p, True)[0]  # CUDA's one fused kernel
+            return input * 0.0 if train and p == 1.0 else input
+
+        library.impl("dropout", dropout, "CompositeImplicitAutograd")
+    return library
 
 
 def _float_dtype_for(t: torch.Tensor, spec: PrecisionSpec) -> torch.dtype:

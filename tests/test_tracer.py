@@ -433,3 +433,22 @@ def test_a_checkpointed_block_runs_its_forward_again_in_the_backward(mode, recom
     # then the same backward as without checkpointing.
     assert backward[:len(recomputed)] == [(name, half) for name in recomputed]
     assert backward[len(recomputed):] == [(name, dtype) for name, phase, dtype in plain if phase == "backward"]
+
+
+@pytest.mark.parametrize("precision, kernel", [("32-true", "efficient"), ("bf16-mixed", "flash")])
+def test_attention_and_dropout_inside_multihead_attention_are_recorded_as_the_gpu_runs_them(precision, kernel):
+    # nn.MultiheadAttention calls F.multi_head_attention_forward, which calls SDPA (with its
+    # dropout) itself: out of the torch function mode's sight, so the aten op records it.
+    layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.1, batch_first=True)
+    trace = trace_step(layer, torch.randn(2, 16, 64), lambda m, b: m(b).sum(), None, precision, target_type="cuda",
+                       extrapolate_repeats=False)
+    attention = [(op.name, op.cost.kernel) for op in trace.ops if op.cost.op_class == "attention"]
+    assert attention == [("aten.scaled_dot_product_attention.default", kernel),
+                         ("ptp.scaled_dot_product_attention_backward", kernel)]
+    assert not [op for op in trace.ops if op.name in ("aten.bmm.default", "aten.bernoulli_.float")]
+    assert sum(op.name == "aten.native_dropout.default" for op in trace.ops) == 3  # after attention and in the MLP
+    # The kernels were the trace's only: PyTorch's own attention and dropout run again afterwards.
+    q = torch.randn(1, 2, 8, 16)
+    expected = torch.softmax(q @ q.transpose(-1, -2) / 4.0, dim=-1) @ q
+    torch.testing.assert_close(torch.nn.functional.scaled_dot_product_attention(q, q, q), expected)
+    assert torch.dropout(torch.ones(1000), 0.5, True).eq(0).any()
