@@ -8,7 +8,7 @@ the AutocastCPU dispatch key gets CUDA's policy for those ops (kernels registere
 ``torch.library`` and removed on exit, which restores CPU's own kernels).
 
 The op lists are CUDA's, from ``aten/src/ATen/autocast_mode.h`` (``AT_FORALL_FP32``,
-``AT_FORALL_FP32_SET_OPT_DTYPE``, ``AT_FORALL_LOWER_PRECISION_FP``) of PyTorch 2.14, the union of
+``AT_FORALL_FP32_SET_OPT_DTYPE``, ``AT_FORALL_LOWER_PRECISION_FP``, ``AT_FORALL_PROMOTE``) of PyTorch 2.14, the union of
 what recent versions list. The policy in force (:func:`active_policy`) keeps only the ops the
 installed PyTorch registers a CUDA autocast kernel for -- its dispatcher says so, GPU or not --
 so an op a version does not cast (``rms_norm`` before 2.12) is not cast in its traces either.
@@ -55,6 +55,13 @@ CUDA_ONLY_LOWER_PRECISION_OPS: tuple[str, ...] = (
     "_convolution", "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell",
 )
 
+# CUDA: run in the widest floating type among the inputs (fp32 if any is fp32), as CPU autocast
+# does not: spectral_norm's ``vdot(u, mv(W, v))`` meets an fp32 vector and CUDA's bf16 ``mv``.
+CUDA_PROMOTE_OPS: tuple[str, ...] = (
+    "addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "vdot", "grid_sampler", "index_put", "tensordot",
+    "scatter_add",
+)
+
 # CPU autocast casts these to fp32 but CUDA leaves them alone (they then decompose into ops
 # CUDA does cast, e.g. cross_entropy_loss -> log_softmax(dtype=float32) + nll_loss).
 CPU_ONLY_FP32_OPS: tuple[str, ...] = (
@@ -82,7 +89,8 @@ def active_policy() -> dict[str, tuple[str, ...]]:
     A build without any CUDA autocast kernel (CPU-only PyTorch) cannot say: the full lists stand.
     """
     lists = {"fp32": CUDA_FP32_OPS, "fp32_set_opt_dtype": CUDA_FP32_SET_OPT_DTYPE_OPS,
-             "lower_precision": CUDA_ONLY_LOWER_PRECISION_OPS, "cpu_only_fp32": CPU_ONLY_FP32_OPS}
+             "lower_precision": CUDA_ONLY_LOWER_PRECISION_OPS, "promote": CUDA_PROMOTE_OPS,
+             "cpu_only_fp32": CPU_ONLY_FP32_OPS}
     if not _cuda_autocast_kernel("mm"):
         return lists
     policy = {key: tuple(op for op in ops if _cuda_autocast_kernel(op)) for key, ops in lists.items()
@@ -142,6 +150,26 @@ def _set_opt_dtype_kernel(op: torch._ops.OpOverload) -> Callable[..., Any]:
     return kernel
 
 
+def _tensors_in(values: Any) -> Iterator[torch.Tensor]:
+    if isinstance(values, torch.Tensor):
+        yield values
+    elif isinstance(values, (list, tuple)):
+        for value in values:
+            yield from _tensors_in(value)
+
+
+def _promote_kernel(op: torch._ops.OpOverload) -> Callable[..., Any]:
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        with torch._C._ExcludeDispatchKeyGuard(_AUTOCAST_CPU):
+            inputs = [t for t in _tensors_in((args, tuple(kwargs.values()))) if _eligible(t)]
+            if not inputs:
+                return op(*args, **kwargs)
+            dtype = torch.float32 if any(t.dtype == torch.float32 for t in inputs) else _to_lower_precision()
+            return op(*_cast_all(args, dtype), **{k: _cast_all(v, dtype) for k, v in kwargs.items()})
+
+    return kernel
+
+
 def _passthrough_kernel(op: torch._ops.OpOverload) -> Callable[..., Any]:
     def kernel(*args: Any, **kwargs: Any) -> Any:
         # Below AutocastCPU, but the ops this one decomposes into are autocast again.
@@ -164,6 +192,7 @@ _POLICIES: tuple[tuple[str, Callable[[torch._ops.OpOverload], Callable[..., Any]
     ("fp32", lambda op: _cast_kernel(op, _to_float32)),
     ("fp32_set_opt_dtype", _set_opt_dtype_kernel),
     ("lower_precision", lambda op: _cast_kernel(op, _to_lower_precision)),
+    ("promote", _promote_kernel),
     ("cpu_only_fp32", _passthrough_kernel),
 )
 

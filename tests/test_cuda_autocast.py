@@ -34,6 +34,17 @@ def test_lists_match_the_installed_pytorch_header():
         assert set(_header_list(text, "AT_FORALL_FP32_SET_OPT_DTYPE")) <= set(policy["fp32_set_opt_dtype"])
     lower = set(_header_list(text, "AT_FORALL_LOWER_PRECISION_FP"))
     assert set(policy["lower_precision"]) <= lower
+    assert set(policy["promote"]) <= set(_header_list(text, "AT_FORALL_PROMOTE"))
+
+
+def test_ops_cuda_autocast_promotes_run_in_the_widest_input_type():
+    # spectral_norm under autocast: an fp32 vector meets CUDA's bf16 mv in vdot.
+    u, w, v = torch.randn(16), torch.randn(16, 8), torch.randn(8)
+    with cuda_autocast.cuda_autocast_on_cpu(), torch.autocast("cpu", dtype=torch.bfloat16):
+        product = torch.mv(w, v)
+        assert product.dtype == torch.bfloat16
+        assert torch.vdot(u, product).dtype == torch.float32
+        assert torch.addcmul(product, product, product).dtype == torch.bfloat16  # no fp32 input: stays
 
 
 def test_policy_keeps_only_ops_the_installed_pytorch_casts(monkeypatch):

@@ -452,3 +452,11 @@ def test_attention_and_dropout_inside_multihead_attention_are_recorded_as_the_gp
     expected = torch.softmax(q @ q.transpose(-1, -2) / 4.0, dim=-1) @ q
     torch.testing.assert_close(torch.nn.functional.scaled_dot_product_attention(q, q, q), expected)
     assert torch.dropout(torch.ones(1000), 0.5, True).eq(0).any()
+
+
+def test_a_spectral_normed_layer_traces_under_autocast_for_a_gpu():
+    # Its power iteration computes vdot(u, mv(W, v)): CUDA autocast runs mv in bf16 and promotes vdot.
+    layer = torch.nn.utils.parametrizations.spectral_norm(torch.nn.Linear(32, 32))
+    trace = trace_step(layer, torch.randn(4, 32), lambda m, b: m(b).sum(), None, "bf16-mixed", target_type="cuda")
+    vdot = next(op for op in trace.ops if op.name == "aten.vdot.default")
+    assert vdot.cost.dtype == "fp32"
