@@ -15,10 +15,10 @@ from typing import Any
 import torch
 from lightning.pytorch import LightningModule, Trainer
 
+from ptp_callback.clipping import ClippedGradients
 from ptp_callback.comm import ddp_exposed_seconds, fsdp_exposed_seconds
 from ptp_callback.devices import DeviceSpec
 from ptp_callback.loaders import example_batch, first_loader, loader_facts
-from ptp_callback.clipping import ClippedGradients
 from ptp_callback.manual_step import ManualOptimization, ManualStep
 from ptp_callback.precision import PRECISIONS, PrecisionSpec
 from ptp_callback.run_prediction import RunPrediction, predict_run
