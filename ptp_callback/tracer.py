@@ -689,7 +689,7 @@ def _trace(
         except Exception as exc:  # noqa: BLE001 - every failure becomes one clear TraceError
             where = recorder.failed_op or "Python code outside any aten op"
             raise TraceError(
-                f"could not trace the training step: {type(exc).__name__} at {where}: {exc}"
+                f"could not trace the training step: {type(exc).__name__} at {where}: {exc}{_why(exc)}"
             ) from exc
 
     hazards = tuple(dict.fromkeys(h for h in (eps_underflow(c) for c in copies) if h))
@@ -706,6 +706,16 @@ def _trace(
         unknown_ops=dict(recorder.unknown),
         hazards=hazards,
     )
+
+
+def _why(exc: Exception) -> str:
+    """What a failure the user cannot act on from its name alone means."""
+    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
+
+    if isinstance(exc, (DynamicOutputShapeException, DataDependentOutputException)):
+        return (" -- this op's output size depends on the values of its inputs (a boolean mask, packed "
+                "sequences, lengths, routing to experts), which a trace on fake tensors does not have")
+    return ""
 
 
 def _state_bytes(optimizer: torch.optim.Optimizer) -> int:

@@ -192,8 +192,11 @@ class DataDependent(nn.Module):
 
 
 def test_untraceable_model_names_the_op():
-    with pytest.raises(TraceError, match=r"could not trace the training step: .*aten\.(nonzero|index).*DataDependent|proj"):
+    with pytest.raises(TraceError, match=r"could not trace the training step: .*aten\.(nonzero|index).*DataDependent|proj"
+                       ) as failed:
         trace_step(DataDependent(), (torch.randn(4, 8),), lambda m, b: m(*b), None, "32-true")
+    # and says why such an op cannot be traced
+    assert "depends on the values of its inputs" in str(failed.value)
 
 
 def test_eval_trace_is_forward_only():
@@ -460,3 +463,4 @@ def test_a_spectral_normed_layer_traces_under_autocast_for_a_gpu():
     trace = trace_step(layer, torch.randn(4, 32), lambda m, b: m(b).sum(), None, "bf16-mixed", target_type="cuda")
     vdot = next(op for op in trace.ops if op.name == "aten.vdot.default")
     assert vdot.cost.dtype == "fp32"
+
