@@ -340,19 +340,23 @@ class _CudaKernels(TorchFunctionMode):
         super().__init__()
         self.recorder = recorder
         self.proxy = proxy
-        self._library: torch.library.Library | None = None
+        self._registered = contextlib.ExitStack()
 
     def __enter__(self) -> _CudaKernels:
-        self._library = _nested_kernels(self.recorder, self.proxy)
+        library = _nested_kernels(self.recorder, self.proxy)
+        self._registered.callback(library._destroy)
+        if self.proxy and self.recorder.spec.autocast_dtype is not None:
+            # For the whole step, not only the forward: a checkpointed block (torch.utils.checkpoint)
+            # runs its forward again in the backward, under the autocast state it saved, and must
+            # cast as it did the first time. Outside autocast the policy does nothing.
+            self._registered.enter_context(cuda_autocast_on_cpu())
         return super().__enter__()
 
     def __exit__(self, *exc: Any) -> None:
         try:
             super().__exit__(*exc)
         finally:
-            if self._library is not None:
-                self._library._destroy()
-                self._library = None
+            self._registered.close()
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
@@ -669,15 +673,10 @@ def _trace(
         stack.enter_context(module_path)
         if target_type == "cuda":
             stack.enter_context(_CudaKernels(recorder, proxy=proxy_for_cuda))
-        if proxy_for_cuda and spec.autocast_dtype is not None:
-            # Registered for the whole step, not only the forward: a checkpointed block
-            # (torch.utils.checkpoint) runs its forward again in the backward, under the autocast
-            # state it saved, and must cast as it did the first time. Outside autocast it does nothing.
-            stack.enter_context(cuda_autocast_on_cpu())
         stack.enter_context(recorder)
         try:
             step = ManualStep(recorder, copies, scaler, clip, foreach=True if target_type == "cuda" else None)
-            with recorder.in_phase("forward"), _autocast(spec, device, proxy_for_cuda, mappings, policy_set=True):
+            with recorder.in_phase("forward"), _autocast(spec, device, proxy_for_cuda, mappings):
                 if manual and train:  # the step runs its own backward and optimizer steps
                     step_fn(model, fake_batch, step)  # type: ignore[call-arg]
                 else:
@@ -725,20 +724,15 @@ def _state_bytes(optimizer: torch.optim.Optimizer) -> int:
 
 
 @contextlib.contextmanager
-def _autocast(spec: PrecisionSpec, device: torch.device, proxy_for_cuda: bool, mappings: list[str],
-              policy_set: bool = False) -> Iterator[None]:
-    """The precision's autocast; on the CPU proxy with CUDA's cast policy (``policy_set``: the
-    caller has registered it already)."""
+def _autocast(spec: PrecisionSpec, device: torch.device, proxy_for_cuda: bool, mappings: list[str]) -> Iterator[None]:
+    """The precision's autocast; on the CPU proxy it casts by CUDA's policy, which
+    :class:`_CudaKernels` keeps registered while it is active."""
     if spec.autocast_dtype is None:
         yield
         return
-    with contextlib.ExitStack() as stack:
-        if proxy_for_cuda:
-            if not policy_set:
-                stack.enter_context(cuda_autocast_on_cpu())
-            if "autocast: CUDA cast policy replayed on CPU" not in mappings:
-                mappings.append("autocast: CUDA cast policy replayed on CPU")
-        stack.enter_context(torch.autocast(device.type, dtype=spec.autocast_dtype))
+    if proxy_for_cuda and "autocast: CUDA cast policy replayed on CPU" not in mappings:
+        mappings.append("autocast: CUDA cast policy replayed on CPU")
+    with torch.autocast(device.type, dtype=spec.autocast_dtype):
         yield
 
 
