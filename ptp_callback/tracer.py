@@ -369,9 +369,18 @@ class _CudaKernels(TorchFunctionMode):
         if self.proxy and func is torch.nn.functional.dropout:
             p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
             training = args[2] if len(args) > 2 else kwargs.get("training", True)
-            if training and 0.0 < p < 1.0 and isinstance(args[0], torch.Tensor):
-                return torch.native_dropout(args[0], p, True)[0]
+            fused = _fused_dropout(args[0], p, training)
+            if fused is not None:
+                return fused
         return func(*args, **kwargs)
+
+
+def _fused_dropout(input: Any, p: float, train: bool) -> torch.Tensor | None:
+    """A training dropout as CUDA runs it, one fused ``native_dropout`` kernel (a CPU runs three:
+    ``bernoulli_``, ``div_``, ``mul``); ``None`` where there is nothing to drop at random."""
+    if train and 0.0 < p < 1.0 and isinstance(input, torch.Tensor):
+        return torch.native_dropout(input, p, True)[0]
+    return None
 
 
 def _nested_kernels(recorder: _Recorder, proxy: bool) -> torch.library.Library:
@@ -398,8 +407,9 @@ def _nested_kernels(recorder: _Recorder, proxy: bool) -> torch.library.Library:
     library.impl("scaled_dot_product_attention", attention, "CompositeImplicitAutograd")
     if proxy:
         def dropout(input: Any, p: float, train: bool) -> Any:
-            if train and 0.0 < p < 1.0:
-                return torch.native_dropout(input, p, True)[0]  # CUDA's one fused kernel
+            fused = _fused_dropout(input, p, train)
+            if fused is not None:
+                return fused
             return input * 0.0 if train and p == 1.0 else input
 
         library.impl("dropout", dropout, "CompositeImplicitAutograd")
