@@ -3,7 +3,8 @@
 A trace depends only on what the step runs: the model's structure (module types, their settings
 and on/off attributes such as ``gradient_checkpointing``, parameter and buffer shapes and dtypes,
 which parameters train), the code of every module's
-``forward`` and of the step function, the batch's shapes and dtypes, the precision, the optimizer
+``forward`` and of the step function, the batch's shapes and dtypes (and whether its attention
+masks pad, :mod:`~ptp_callback.mask_checks`), the precision, the optimizer
 (class and hyperparameters), the target device type, the torch version and this package's own
 code (a trace holds each op's priced bytes and kernels, so an upgrade traces again).
 :func:`trace_key` hashes exactly that; :func:`cached_trace_step` returns the stored trace for a
@@ -30,7 +31,9 @@ import torch
 
 from .cache import cache_dir
 from .clipping import ClippedGradients
+from .batches import batch_leaves
 from .manual_step import ManualOptimization
+from .mask_checks import mask_facts
 from .precision import PrecisionSpec, as_precision
 from .tracer import OptimizerArg, StepFn, Trace, default_step_fn, trace_step
 
@@ -80,11 +83,11 @@ def code_key(*functions: Any) -> str:
 
 
 def _batch_signature(batch: Any) -> str:
-    from torch.utils._pytree import tree_flatten
-
-    leaves, spec = tree_flatten(batch)
-    parts = [f"{tuple(x.shape)}:{x.dtype}" if isinstance(x, torch.Tensor) else repr(x)[:64] for x in leaves]
-    return f"{spec}|{'|'.join(parts)}"
+    """Each leaf's path with its shape and dtype (a tensor) or its ``repr``, and what the batch's
+    values decide in the trace (:func:`~ptp_callback.mask_checks.mask_facts`)."""
+    parts = [f"{path}={tuple(x.shape)}:{x.dtype}" if isinstance(x, torch.Tensor) else f"{path}={repr(x)[:64]}"
+             for path, x in batch_leaves(batch)]
+    return f"{type(batch).__qualname__}|{'|'.join(parts)}|{mask_facts(batch)}"
 
 
 def _optimizer_signature(optimizer: OptimizerArg) -> str:

@@ -24,6 +24,9 @@ would run:
 * GradScaler: traced as ``GradScaler("cpu")``, whose kernels match CUDA's, with the host sync of
   ``found_inf.item()`` recorded as a sync point.
 
+On every device, Hugging Face's attention-mask shortcuts, which read tensor values, are answered
+from the real batch (``mask_checks.py``).
+
 >>> import torch
 >>> trace = trace_step(torch.nn.Linear(8, 4), (torch.randn(2, 8),), lambda m, b: m(*b).sum())
 >>> sorted({op.phase for op in trace.ops})
@@ -37,7 +40,7 @@ import functools
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field, is_dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -46,11 +49,13 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .attention import run_sdpa
+from .batches import map_batch
 from .costs import OpCost, describe_op, is_known, op_kind
 from .cuda_autocast import casts_to_fp32, cuda_autocast_on_cpu
 from .fused import run_rms_norm
 from .clipping import ClippedGradients, clipping_of
 from .manual_step import ManualOptimization, ManualStep
+from .mask_checks import real_mask_checks
 from .meta_dispatch import MetaShortcut
 from .optimizer_precision import eps_underflow
 from .precision import PrecisionSpec, as_precision
@@ -451,17 +456,8 @@ def _fake_batch(batch: Any, spec: PrecisionSpec, device: torch.device) -> Any:
     Floating-point tensors take the parameter dtype under ``*-true`` precisions, as Lightning's
     precision plugins convert inputs.
     """
-    if isinstance(batch, torch.Tensor):
-        return _fake_like(batch, _float_dtype_for(batch, spec), device)
-    if isinstance(batch, Mapping):
-        return {k: _fake_batch(v, spec, device) for k, v in batch.items()}
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
-        return type(batch)(*(_fake_batch(v, spec, device) for v in batch))
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(_fake_batch(v, spec, device) for v in batch)
-    if is_dataclass(batch) and not isinstance(batch, type):
-        return replace(batch, **{k: _fake_batch(v, spec, device) for k, v in vars(batch).items()})
-    return batch
+    return map_batch(lambda t: _fake_like(t, _float_dtype_for(t, spec), device) if isinstance(t, torch.Tensor) else t,
+                     batch)
 
 
 def _optimizer_ctor_kwargs(cls: type, defaults: Mapping[str, Any]) -> dict[str, Any]:
@@ -681,6 +677,7 @@ def _trace(
         if not train:
             stack.enter_context(torch.no_grad())
         stack.enter_context(module_path)
+        stack.enter_context(real_mask_checks(batch))
         if target_type == "cuda":
             stack.enter_context(_CudaKernels(recorder, proxy=proxy_for_cuda))
         stack.enter_context(recorder)

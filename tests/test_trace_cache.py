@@ -88,6 +88,23 @@ def test_the_key_sees_a_modules_switches_such_as_gradient_checkpointing():
     assert trace_key(gpt, tokens, None, None, SPEC, target_type="cuda", train=True) == keys[0]
 
 
+def test_the_key_sees_the_shapes_inside_a_tokenizers_batch_and_whether_its_mask_pads():
+    # BatchEncoding (what tokenizers and HF collators return) is a UserDict, one opaque leaf to
+    # torch's pytree: its repr shows the first values and no shapes.
+    pytest.importorskip("transformers")
+    from transformers import BatchEncoding
+
+    def encoded(length, pad=0):
+        mask = torch.ones(4, length, dtype=torch.long)
+        mask[0, length - pad:] = 0
+        return BatchEncoding({"input_ids": torch.zeros(4, length, dtype=torch.long), "attention_mask": mask})
+
+    lm = nn.Embedding(8, 4)
+    keys = {trace_key(lm, b, lambda m, b: m(b["input_ids"]).sum(), None, SPEC, target_type="cuda", train=True)
+            for b in (encoded(128), encoded(512), encoded(512, pad=3))}
+    assert len(keys) == 3
+
+
 def test_code_keys_are_stable_and_tell_functions_apart():
     assert code_key(step) == code_key(step)
     assert code_key(step) != code_key(lambda m, b: m(b[0]).sum())
