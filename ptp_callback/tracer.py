@@ -398,6 +398,7 @@ def _nested_kernels(recorder: _Recorder, proxy: bool) -> torch.library.Library:
     unfused attention (two batched GEMMs, softmax, three dropout kernels) and torchvision's ViT as
     CPU's flash kernel, where the GPU runs one fused kernel."""
     library = torch.library.Library("aten", "IMPL")
+    impl = functools.partial(_quiet_impl, library)
 
     def unfused(query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0,
                 is_causal: bool = False, *, scale: float | None = None, enable_gqa: bool = False) -> Any:
@@ -409,7 +410,7 @@ def _nested_kernels(recorder: _Recorder, proxy: bool) -> torch.library.Library:
         return run_sdpa(unfused, (query, key, value, attn_mask, dropout_p, is_causal),
                         {"scale": scale, "enable_gqa": enable_gqa}, recorder)
 
-    library.impl("scaled_dot_product_attention", attention, "CompositeImplicitAutograd")
+    impl("scaled_dot_product_attention", attention)
     if proxy:
         def dropout(input: Any, p: float, train: bool) -> Any:
             fused = _fused_dropout(input, p, train)
@@ -417,8 +418,16 @@ def _nested_kernels(recorder: _Recorder, proxy: bool) -> torch.library.Library:
                 return fused
             return input * 0.0 if train and p == 1.0 else input
 
-        library.impl("dropout", dropout, "CompositeImplicitAutograd")
+        impl("dropout", dropout)
     return library
+
+
+def _quiet_impl(library: torch.library.Library, op: str, kernel: Callable[..., Any]) -> None:
+    # Some PyTorch versions (2.11) register a CompositeImplicitAutograd kernel of their own and warn
+    # that ours overrides it; it does, only until the trace ends (``_destroy`` puts theirs back).
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="(?s).*Overriding a previously registered kernel")
+        library.impl(op, kernel, "CompositeImplicitAutograd")
 
 
 def _float_dtype_for(t: torch.Tensor, spec: PrecisionSpec) -> torch.dtype:
