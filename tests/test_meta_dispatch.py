@@ -64,6 +64,23 @@ def test_activations_give_what_the_fake_mode_gives(dtype, channels_last):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("channels_last", [False, True])
+def test_cudnn_batch_norm_gives_what_the_fake_mode_gives(dtype, channels_last):
+    """A trace on a GPU machine meets cuDNN's batch norm on fake CUDA tensors (no GPU needed here)."""
+    shortcut = MetaShortcut(cuda_target=True)
+    with FakeTensorMode():
+        x, g = inputs(dtype, channels_last, "cuda")
+        w, stats = torch.empty(8, device="cuda"), torch.empty(8, device="cuda")
+        out = aten.cudnn_batch_norm.default(x, w, w, stats, stats, True, 0.1, 1e-5)
+        cases = [(aten.cudnn_batch_norm.default, (x, w, w, stats, stats, True, 0.1, 1e-5), {}),
+                 (aten.cudnn_batch_norm_backward.default, (x, g, w, stats, stats, out[1], out[2], 1e-5, out[3]), {})]
+        for func, args, kwargs in cases:
+            fast = shortcut.run(func, args, kwargs)
+            assert fast is not NotImplemented
+            assert layouts(fast) == layouts(func(*args, **kwargs)), func
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("channels_last", [False, True])
 def test_norms_give_what_the_fake_mode_gives_on_cuda(dtype, channels_last):
     """On the CPU proxy the norms' outputs are CUDA's (fp32 statistics for half inputs), as a
     fake CUDA device (which needs no GPU for these forward and backward rules) gives them."""
