@@ -1,8 +1,8 @@
 """Attention-mask shortcuts that depend on the batch's values, decided on the real batch.
 
 Hugging Face transformers builds no attention mask when the padding mask is all ones and the
-positions are not packed: SDPA then runs with ``is_causal=True`` and a GPU runs its causal flash
-kernel. Both checks read tensor values, which fake tensors do not have, so transformers treats a
+positions are not packed: SDPA then runs with ``is_causal=True`` (an encoder: with no mask) and a
+GPU runs its flash kernel. Both checks read tensor values, which fake tensors do not have, so transformers treats a
 fake tensor as a compiler trace and always builds the mask. Traced that way, a decoder's attention
 became SDPA with a boolean mask and no causal flag, which a GPU runs on its memory-efficient
 kernel at 1.5-2x the causal flash time. That is what happens in the common cases:
@@ -69,13 +69,18 @@ def mask_facts(batch: Any) -> str:
         return "unread"
 
 
+# transformers' checks whose first argument is the padding mask: a causal mask (decoders) and a
+# bidirectional one (encoders) can be skipped when it is all ones
+_PADDING_CHECKS = ("_ignore_causal_mask_sdpa", "_ignore_bidirectional_mask_sdpa")
+
+
 @contextlib.contextmanager
 def real_mask_checks(batch: Any) -> Iterator[None]:
     """While active, transformers' mask shortcuts read the real batch instead of fake tensors."""
     masking = sys.modules.get(_MASKING)
-    ignore_mask = getattr(masking, "_ignore_causal_mask_sdpa", None)
-    find_packed = getattr(masking, "find_packed_sequence_indices", None)
-    if ignore_mask is None or find_packed is None:
+    originals = {name: getattr(masking, name) for name in (*_PADDING_CHECKS, "find_packed_sequence_indices")
+                 if hasattr(masking, name)}
+    if not originals:
         yield
         return
     try:
@@ -84,20 +89,24 @@ def real_mask_checks(batch: Any) -> Iterator[None]:
         yield
         return
 
-    def ignore_causal_mask(padding_mask: Any, *args: Any, **kwargs: Any) -> bool:
-        if isinstance(padding_mask, FakeTensor):
-            if values.padded:
-                return False
-            padding_mask = None  # all ones: the same as none
-        return ignore_mask(padding_mask, *args, **kwargs)
+    def padding_check(check: Any) -> Any:
+        def answered(padding_mask: Any, *args: Any, **kwargs: Any) -> bool:
+            if isinstance(padding_mask, FakeTensor):
+                if values.padded:
+                    return False
+                padding_mask = None  # all ones: the same as none
+            return check(padding_mask, *args, **kwargs)
+        return answered
 
     def packed_sequences(position_ids: Any) -> Any:
         if isinstance(position_ids, FakeTensor) and not values.packed:
             return None  # also for positions the model makes itself (an arange): never packed
-        return find_packed(position_ids)
+        return originals["find_packed_sequence_indices"](position_ids)
 
-    masking._ignore_causal_mask_sdpa, masking.find_packed_sequence_indices = ignore_causal_mask, packed_sequences
+    for name, original in originals.items():
+        setattr(masking, name, packed_sequences if name == "find_packed_sequence_indices" else padding_check(original))
     try:
         yield
     finally:
-        masking._ignore_causal_mask_sdpa, masking.find_packed_sequence_indices = ignore_mask, find_packed
+        for name, original in originals.items():
+            setattr(masking, name, original)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM  # noqa: E402
+from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM  # noqa: E402
 import transformers.masking_utils as masking  # noqa: E402
 
 from ptp_callback.precision import PrecisionSpec  # noqa: E402
@@ -69,8 +69,22 @@ def test_attention_is_traced_causal_exactly_when_the_real_batch_needs_no_mask(bu
     assert {cost.kernel for cost in attention} == ({"flash"} if causal else {"efficient"})
 
 
+@pytest.mark.parametrize("pad", [False, True], ids=["mask of ones", "padded"])
+def test_an_encoders_attention_runs_without_a_mask_exactly_when_no_token_is_padded(pad):
+    bert = BertForMaskedLM(BertConfig(num_hidden_layers=1, hidden_size=64, num_attention_heads=2,
+                                      intermediate_size=128, vocab_size=128))
+    ids = torch.randint(1, 128, (2, 16))
+    batch = {"input_ids": ids, "labels": ids, "attention_mask": padded(ids) if pad else torch.ones_like(ids)}
+    trace = trace_step(bert, batch, step, None, SPEC, target_type="cuda")
+    attention = [op.cost for op in trace.ops if op.cost.op_class == "attention"]
+    assert len(attention) == 2 and not any(cost.causal for cost in attention)
+    assert {cost.kernel for cost in attention} == ({"efficient"} if pad else {"flash"})
+
+
 def test_transformers_own_checks_are_back_after_the_trace():
-    before = (masking._ignore_causal_mask_sdpa, masking.find_packed_sequence_indices)
+    before = (masking._ignore_causal_mask_sdpa, masking._ignore_bidirectional_mask_sdpa,
+              masking.find_packed_sequence_indices)
     ids = torch.randint(1, 128, (2, 16))
     trace_step(gpt2(), {"input_ids": ids, "labels": ids, "use_cache": False}, step, None, SPEC, target_type="cuda")
-    assert (masking._ignore_causal_mask_sdpa, masking.find_packed_sequence_indices) == before
+    assert (masking._ignore_causal_mask_sdpa, masking._ignore_bidirectional_mask_sdpa,
+            masking.find_packed_sequence_indices) == before
