@@ -2,14 +2,14 @@
 
 Hugging Face transformers builds no attention mask when the padding mask is all ones and the
 positions are not packed: SDPA then runs with ``is_causal=True`` (an encoder: with no mask) and a
-GPU runs its flash kernel. Both checks read tensor values, which fake tensors do not have, so transformers treats a
-fake tensor as a compiler trace and always builds the mask. Traced that way, a decoder's attention
-became SDPA with a boolean mask and no causal flag, which a GPU runs on its memory-efficient
-kernel at 1.5-2x the causal flash time. That is what happens in the common cases:
-``attention_mask`` in the batch, and ``use_cache=False``, set for training and by gradient
+GPU runs its flash kernel. These checks read tensor values, which fake tensors do not have, so
+transformers treats a fake tensor as a compiler trace and always builds the mask. Traced that way,
+a decoder's attention became SDPA with a boolean mask and no causal flag, which a GPU runs on its
+memory-efficient kernel at 1.5-2x the causal flash time. That is what happens in the common
+cases: ``attention_mask`` in the batch, and ``use_cache=False``, set for training and by gradient
 checkpointing.
 
-While a step is traced, :func:`real_mask_checks` answers these two checks from the real batch the
+While a step is traced, :func:`real_mask_checks` answers these checks from the real batch the
 trace started from: the padding mask is all ones when every attention mask in the batch is, and
 positions are packed only when the batch's own ``position_ids`` say so. Nothing changes for a
 library that is not imported, or for a batch whose values cannot be read (meta tensors).

@@ -3,9 +3,9 @@
 ``FakeTensorMode`` has no C++ shape rule for batch norm, layer norm and the backward of most
 activations: the first time it meets a shape it runs the op's Python decomposition, a few dozen
 sub-ops each dispatched through the fake mode again (10-20 ms per op on 2 CPU cores; a quarter
-of a MobileNetV3 trace on the CPU proxy; on a GPU machine, whose trace runs cuDNN's batch norm on
-fake CUDA tensors, 1.8 of its 2.1 s). The same decomposition on plain meta tensors, outside the fake mode,
-takes a quarter of that, and its result is remembered per input signature so a shape seen
+of a MobileNetV3 trace on the CPU proxy; on a GPU machine, whose trace runs cuDNN's batch norm
+on fake CUDA tensors, 1.8 of its 2.1 s). The same decomposition on plain meta tensors, outside
+the fake mode, takes a quarter of that, and its result is remembered per input signature so a shape seen
 before costs a dictionary lookup. Only the outputs' shapes, strides and dtypes matter to the
 trace, and those are what the meta kernels compute.
 

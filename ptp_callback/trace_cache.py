@@ -29,9 +29,9 @@ from typing import Any
 
 import torch
 
+from .batches import batch_leaves
 from .cache import cache_dir
 from .clipping import ClippedGradients
-from .batches import batch_leaves
 from .manual_step import ManualOptimization
 from .mask_checks import mask_facts
 from .precision import PrecisionSpec, as_precision

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
-from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM  # noqa: E402
+from transformers import (BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel, LlamaConfig,  # noqa: E402
+                          LlamaForCausalLM)
 import transformers.masking_utils as masking  # noqa: E402
 
 from ptp_callback.precision import PrecisionSpec  # noqa: E402
