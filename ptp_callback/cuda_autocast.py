@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_leaves
 
 # CUDA: run in fp32 (floating, non-double inputs cast to float32).
 CUDA_FP32_OPS: tuple[str, ...] = (
@@ -150,18 +151,10 @@ def _set_opt_dtype_kernel(op: torch._ops.OpOverload) -> Callable[..., Any]:
     return kernel
 
 
-def _tensors_in(values: Any) -> Iterator[torch.Tensor]:
-    if isinstance(values, torch.Tensor):
-        yield values
-    elif isinstance(values, (list, tuple)):
-        for value in values:
-            yield from _tensors_in(value)
-
-
 def _promote_kernel(op: torch._ops.OpOverload) -> Callable[..., Any]:
     def kernel(*args: Any, **kwargs: Any) -> Any:
         with torch._C._ExcludeDispatchKeyGuard(_AUTOCAST_CPU):
-            inputs = [t for t in _tensors_in((args, tuple(kwargs.values()))) if _eligible(t)]
+            inputs = [t for t in tree_leaves((args, kwargs)) if _eligible(t)]
             if not inputs:
                 return op(*args, **kwargs)
             dtype = torch.float32 if any(t.dtype == torch.float32 for t in inputs) else _to_lower_precision()
