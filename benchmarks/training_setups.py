@@ -105,7 +105,7 @@ SETUPS: list[tuple[str, Setup, float | None]] = [
 ]
 
 
-def predict(name: str, build: Setup, clip: float | None, precision: str) -> tuple[float, float]:
+def predict(build: Setup, clip: float | None, precision: str) -> tuple[float, float]:
     """The predicted H100 step and the trace's seconds here."""
     import ptp_callback as ptp
 
@@ -196,7 +196,7 @@ def main() -> None:
             by_run = measured.get((name, precision), {})
             if not by_run:
                 continue
-            step_s, trace_s = predict(name, build, clip, precision)
+            step_s, trace_s = predict(build, clip, precision)
             cells = []
             for run in runs:
                 if run in by_run:
