@@ -9,7 +9,8 @@ into seconds on a device is ``predict.py``'s job.
 Op classes:
 
 =============== ===========================================================================
-``gemm``        mm, addmm, bmm, baddbmm (FLOPs from flop_counter, GEMM dims kept for waves)
+``gemm``        mm, addmm, bmm, baddbmm (FLOPs from flop_counter, GEMM dims kept for waves), and
+                mixture-of-experts grouped GEMMs (``grouped_gemm.py``)
 ``conv``        dense, pointwise (1x1) and grouped convolutions and their backward
 ``conv_dw``     depthwise convolutions: little math per byte, memory-bound
 ``attention``   fused scaled-dot-product attention, forward and backward (``attention.py``)
@@ -38,6 +39,7 @@ from typing import Any
 import torch
 from torch.utils import flop_counter
 
+from . import grouped_gemm
 from .conv_dispatch import cudnn_runs_depthwise
 
 _FLOP_FORMULAS = flop_counter.flop_registry
@@ -45,7 +47,7 @@ _FLOP_FORMULAS = flop_counter.flop_registry
 # Ops whose kernels are classified by name (overload packet name without "aten.").
 _CLASS_BY_NAME: dict[str, str] = {
     **dict.fromkeys(("mm", "addmm", "bmm", "baddbmm", "_addmm_activation", "addmv", "mv", "dot",
-                     "addr", "addbmm", "_scaled_mm", "vdot"), "gemm"),
+                     "addr", "addbmm", "_scaled_mm", "vdot", "_grouped_mm"), "gemm"),
     **dict.fromkeys(("convolution", "_convolution", "convolution_backward", "cudnn_convolution",
                      "cudnn_convolution_transpose", "mkldnn_convolution", "_slow_conv2d_forward",
                      "_slow_conv2d_backward", "convolution_overrideable",
@@ -115,7 +117,7 @@ _FILL_OPS: frozenset[str] = frozenset((
 # the cost model: still priced by its bytes, and reported (``Trace.unknown_ops``).
 _DATA_MOVEMENT: frozenset[str] = frozenset((
     "copy_", "_to_copy", "clone", "contiguous", "cat", "stack", "index", "index_put_", "index_put", "_index_put_impl_",
-    "index_select", "index_add_", "index_copy_", "gather", "scatter", "scatter_", "scatter_add", "scatter_add_",
+    "index_select", "index_add", "index_add_", "index_copy", "index_copy_", "gather", "scatter", "scatter_", "scatter_add", "scatter_add_",
     "scatter_reduce", "masked_fill", "masked_fill_", "masked_scatter", "masked_select", "where", "constant_pad_nd",
     "reflection_pad2d", "replication_pad2d", "repeat", "repeat_interleave", "_unsafe_index", "_unsafe_index_put",
     "slice_backward", "select_backward", "slice_scatter", "select_scatter", "diagonal_backward", "as_strided_scatter",
@@ -133,6 +135,8 @@ _DATA_MOVEMENT: frozenset[str] = frozenset((
     "gelu", "gelu_", "gelu_backward", "relu", "relu_", "threshold", "threshold_backward", "softplus",
     "softplus_backward", "sigmoid_backward", "tanh_backward", "glu", "glu_backward", "prelu",
     "_prelu_kernel", "_prelu_kernel_backward", "log_sigmoid_forward", "log_sigmoid_backward",
+    # pointwise math without the tag (a router's ``positions // top_k``)
+    "floor_divide", "floor_divide_",
 ))
 
 DTYPE_KEYS: dict[torch.dtype, str] = {
@@ -572,9 +576,13 @@ def describe_op(
     dims: tuple[int, ...] = ()
     kernel_family = ""
     if op_class == "gemm":
-        formula = _FLOP_FORMULAS.get(func.overloadpacket)
-        flops = float(formula(*args, **kwargs, out_val=out)) if formula else 0.0
-        gemm = _gemm_dims(name, args, outputs[0] if outputs else None)
+        if grouped_gemm.is_grouped_mm(func):
+            flops, gemm = grouped_gemm.groups_and_dims(args, kwargs)
+            kernel_family = grouped_gemm.KERNEL
+        else:
+            formula = _FLOP_FORMULAS.get(func.overloadpacket)
+            flops = float(formula(*args, **kwargs, out_val=out)) if formula else 0.0
+            gemm = _gemm_dims(name, args, outputs[0] if outputs else None)
         if dtype_key == "fp32" and matmul_tf32:
             dtype_key = "tf32"
     elif op_class == "conv":
@@ -661,6 +669,8 @@ def describe_op(
         read += sum(_tensor_bytes(t) for t in inputs if not t.is_floating_point())
         written = sum(_tensor_bytes(t, 4 if t.is_floating_point() else 1) for t in outputs)
     kernels = _KERNELS.get(name, 1)
+    if kernel_family == grouped_gemm.KERNEL and gemm is not None:
+        kernels = grouped_gemm.launches(dtype_key, gemm)
     misaligned = False
     alignment = 0
     aux = 0.0

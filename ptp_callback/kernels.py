@@ -42,6 +42,7 @@ import math
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from . import grouped_gemm
 from .coefficients import CostCoefficients, pick
 from .costs import DTYPE_KEYS, OpCost
 
@@ -177,6 +178,9 @@ def gemm_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> fl
         return max(cost.flops / rate, memory)
     family = _family(device, cost.dtype)
     scale = misaligned_scale(cost, coef, family)
+    if cost.kernel == grouped_gemm.KERNEL and not grouped_gemm.fast_path(cost.dtype, device.arch):
+        # PyTorch's fallback: one GEMM per group, each in waves of its own.
+        return max(batch * wave_seconds(1, m, n, k, cost.dtype, device, coef, scale), memory)
     return max(wave_seconds(batch, m, n, k, cost.dtype, device, coef, scale), memory)
 
 

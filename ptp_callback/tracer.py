@@ -48,6 +48,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from . import grouped_gemm
 from .attention import run_sdpa
 from .batches import map_batch
 from .costs import OpCost, describe_op, is_known, op_kind
@@ -247,6 +248,8 @@ class _Recorder(TorchDispatchMode):
                            conv_tf32=self.spec.conv_tf32, phase=self.phase)
         if not is_known(func):
             self.unknown[str(func)] = self.unknown.get(str(func), 0) + 1
+        if cost.op_class == "gemm" and cost.kernel == grouped_gemm.KERNEL and not grouped_gemm.fast_path(cost.dtype):
+            self.pseudo("ptp.sync")  # the fallback copies the group offsets to the host first
         self.record(str(func), cost, (args, kwargs), out, _replay_spec(args, kwargs) if cost.kernels else None)
         return out
 
@@ -255,6 +258,8 @@ class _Recorder(TorchDispatchMode):
             with unset_fake_temporarily():  # what the fake mode returns, without its dispatch
                 return args[0].constant.item()
         out = self.meta.run(func, args, kwargs)
+        if out is NotImplemented and grouped_gemm.is_grouped_mm(func):
+            out = grouped_gemm.fake_output(func, args, kwargs)
         return func(*args, **kwargs) if out is NotImplemented else out
 
     def record(self, name: str, cost: OpCost, inputs: Any, outputs: Any, replay: Any = None) -> None:
