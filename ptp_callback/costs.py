@@ -109,7 +109,7 @@ _KERNELS: dict[str, int] = {
 _FILL_OPS: frozenset[str] = frozenset((
     "zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "fill_", "zero_", "arange",
     "new_zeros", "new_ones", "new_full", "scalar_tensor", "rand", "randn", "rand_like", "randn_like",
-    "bernoulli_", "normal_", "uniform_",
+    "bernoulli_", "normal_", "uniform_", "exponential_", "geometric_", "log_normal_", "cauchy_", "random_",
 ))
 
 # Data-movement and indexing kernels priced by bytes like pointwise ops (torch tags those
@@ -117,8 +117,8 @@ _FILL_OPS: frozenset[str] = frozenset((
 # the cost model: still priced by its bytes, and reported (``Trace.unknown_ops``).
 _DATA_MOVEMENT: frozenset[str] = frozenset((
     "copy_", "_to_copy", "clone", "contiguous", "cat", "stack", "index", "index_put_", "index_put", "_index_put_impl_",
-    "index_select", "index_add", "index_add_", "index_copy", "index_copy_", "gather", "scatter", "scatter_", "scatter_add", "scatter_add_",
-    "scatter_reduce", "masked_fill", "masked_fill_", "masked_scatter", "masked_select", "where", "constant_pad_nd",
+    "index_select", "index_add", "index_add_", "index_copy", "index_copy_", "gather", "scatter", "scatter_",
+    "scatter_add", "scatter_add_", "scatter_reduce", "masked_fill", "masked_fill_", "masked_scatter", "masked_select", "where", "constant_pad_nd",
     "reflection_pad2d", "replication_pad2d", "repeat", "repeat_interleave", "_unsafe_index", "_unsafe_index_put",
     "slice_backward", "select_backward", "slice_scatter", "select_scatter", "diagonal_backward", "as_strided_scatter",
     "native_dropout", "native_dropout_backward", "tril", "triu", "tril_", "triu_", "roll", "flip", "narrow_copy",
@@ -135,8 +135,8 @@ _DATA_MOVEMENT: frozenset[str] = frozenset((
     "gelu", "gelu_", "gelu_backward", "relu", "relu_", "threshold", "threshold_backward", "softplus",
     "softplus_backward", "sigmoid_backward", "tanh_backward", "glu", "glu_backward", "prelu",
     "_prelu_kernel", "_prelu_kernel_backward", "log_sigmoid_forward", "log_sigmoid_backward",
-    # pointwise math without the tag (a router's ``positions // top_k``)
-    "floor_divide", "floor_divide_",
+    # pointwise math without the tag (a router's ``positions // top_k``, complex rotary embeddings)
+    "floor_divide", "floor_divide_", "polar",
 ))
 
 DTYPE_KEYS: dict[torch.dtype, str] = {
@@ -224,8 +224,10 @@ def op_kind(func: torch._ops.OpOverload) -> str:
     name = func.overloadpacket.__name__
     if func.namespace == "prim" or func.namespace == "profiler":
         return "free"  # fake-tensor metadata queries and profiler markers: no work in a real step
-    if func.is_view or name in ("detach", "alias", "lift_fresh", "_unsafe_view", "view", "_reshape_alias",
-                                "unsafe_split", "unsafe_chunk"):
+    # ``inplace_view``: ops that change a tensor's sizes or strides in place (``as_strided_``, ``t_``)
+    metadata = func.is_view or torch.Tag.inplace_view in getattr(func, "tags", ())
+    if metadata or name in ("detach", "alias", "lift_fresh", "_unsafe_view", "view", "_reshape_alias",
+                            "unsafe_split", "unsafe_chunk"):
         return "view"
     if name in _HOST_ONLY:
         return "host"

@@ -70,6 +70,9 @@ OptimizerArg = (torch.optim.Optimizer | Callable[[list[torch.nn.Parameter]], tor
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
 _PRIM_DEVICE = torch.ops.prim.device.default
 _LOCAL_SCALAR = torch.ops.aten._local_scalar_dense.default
+# One-element random draws, which Python may read (LayerDrop: ``if torch.rand([]) < p: skip``).
+_RANDOM_DRAWS = frozenset(getattr(torch.ops.aten.rand, name) for name in ("default", "generator")
+                          if hasattr(torch.ops.aten.rand, name))
 
 
 class TraceError(RuntimeError):
@@ -207,6 +210,17 @@ def _skips_dispatch(func: Any, args: tuple) -> bool:
     return True
 
 
+def _reads_as_median(draw: Any) -> None:
+    """Give a one-element uniform draw the value 0.5, the median of U(0, 1), so that Python can
+    read it: a fake tensor has no value, and LayerDrop's ``torch.rand([]) < p`` (M2M100, NLLB, LED,
+    wav2vec 2.0 configs) would stop the trace. A layer dropped with probability ``p < 0.5`` is then
+    traced as run, its likelier outcome; over a fit it runs a share ``1 - p`` of the steps. Only on
+    the CPU proxy, where the value can live beside the fake tensor."""
+    if isinstance(draw, FakeTensor) and draw.numel() == 1 and draw.constant is None and draw.fake_device.type == "cpu":
+        with unset_fake_temporarily():
+            draw.constant = torch.full(draw.shape, 0.5, dtype=draw.dtype)
+
+
 class _Recorder(TorchDispatchMode):
     """Records kernel-launching ops; counts metadata ops cheaply without recording them."""
 
@@ -260,7 +274,10 @@ class _Recorder(TorchDispatchMode):
         out = self.meta.run(func, args, kwargs)
         if out is NotImplemented and grouped_gemm.is_grouped_mm(func):
             out = grouped_gemm.fake_output(func, args, kwargs)
-        return func(*args, **kwargs) if out is NotImplemented else out
+        out = func(*args, **kwargs) if out is NotImplemented else out
+        if func in _RANDOM_DRAWS:
+            _reads_as_median(out)
+        return out
 
     def record(self, name: str, cost: OpCost, inputs: Any, outputs: Any, replay: Any = None) -> None:
         """Append one op record, charging it the metadata ops and module calls since the last one."""

@@ -321,6 +321,44 @@ def test_common_activations_and_their_backwards_are_known_ops(activation):
     assert trace.unknown_ops == {}
 
 
+@pytest.mark.parametrize("make", [
+    lambda x: x.clone().as_strided_((8, 32), (32, 1)),  # in-place metadata change (Swin's window reshapes)
+    lambda x: torch.polar(x.abs(), x).real,  # complex rotary embeddings (Llama 4)
+    lambda x: x + torch.floor_divide(x.detach(), 3.0),  # a router's ``positions // top_k``
+    lambda x: torch.zeros_like(x).index_copy(0, torch.arange(8), x),
+    lambda x: x + torch.empty_like(x).exponential_(),  # Gumbel noise of a sampling router
+])
+def test_ops_that_models_we_met_use_are_known(make):
+    model = nn.Linear(32, 32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        trace = trace_step(model, mlp_batch(), lambda m, b: make(m(b[0])).sum(), None, "32-true")
+    assert trace.unknown_ops == {}
+
+
+class LayerDrop(nn.Module):
+    """Skips each block with probability 0.1 while training, as M2M100, NLLB, LED and wav2vec 2.0 do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Linear(32, 32) for _ in range(3))
+        self.head = nn.Linear(32, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            if self.training and torch.rand([]) < 0.1:
+                continue
+            x = block(x)
+        return self.head(x)
+
+
+def test_layerdrop_reads_its_random_draw_and_traces_every_block():
+    trace = trace_step(LayerDrop(), mlp_batch(), ce_step, None, "bf16-mixed", target_type="cuda", trace_on="cpu")
+    forward = [op for op in trace.ops if op.phase == "forward" and op.cost.op_class == "gemm"]
+    assert len(forward) == 4  # three blocks and the head: each block kept, its likelier outcome
+    assert names(trace, "forward").count("aten.rand.default") == 3  # the draws are still kernels
+
+
 def _predictions(models, precision):
     from ptp_callback.coefficients import HOPPER
     from ptp_callback.devices import get_device
