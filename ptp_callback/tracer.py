@@ -50,6 +50,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import grouped_gemm
 from .attention import run_sdpa
+from .batch_values import ValuedFakeTensorMode, sized_by_values, valued_fake
 from .batches import map_batch
 from .costs import OpCost, describe_op, is_known, op_kind
 from .cuda_autocast import casts_to_fp32, cuda_autocast_on_cpu
@@ -274,6 +275,8 @@ class _Recorder(TorchDispatchMode):
         out = self.meta.run(func, args, kwargs)
         if out is NotImplemented and grouped_gemm.is_grouped_mm(func):
             out = grouped_gemm.fake_output(func, args, kwargs)
+        if out is NotImplemented:
+            out = sized_by_values(func, args, kwargs)
         out = func(*args, **kwargs) if out is NotImplemented else out
         if func in _RANDOM_DRAWS:
             _reads_as_median(out)
@@ -481,14 +484,20 @@ def _fake_state(model: torch.nn.Module, spec: PrecisionSpec, device: torch.devic
     return named, by_id
 
 
-def _fake_batch(batch: Any, spec: PrecisionSpec, device: torch.device) -> Any:
+def _fake_batch(batch: Any, spec: PrecisionSpec, device: torch.device, mode: FakeTensorMode | None = None) -> Any:
     """The batch with every tensor replaced by a fake one on the trace device.
 
     Floating-point tensors take the parameter dtype under ``*-true`` precisions, as Lightning's
-    precision plugins convert inputs.
+    precision plugins convert inputs. In a :class:`ValuedFakeTensorMode` (the CPU proxy) integer
+    and boolean tensors keep their values (``batch_values.py``).
     """
-    return map_batch(lambda t: _fake_like(t, _float_dtype_for(t, spec), device) if isinstance(t, torch.Tensor) else t,
-                     batch)
+    def fake(t: Any) -> Any:
+        if not isinstance(t, torch.Tensor):
+            return t
+        valued = valued_fake(mode, t) if isinstance(mode, ValuedFakeTensorMode) else None
+        return valued if valued is not None else _fake_like(t, _float_dtype_for(t, spec), device)
+
+    return map_batch(fake, batch)
 
 
 def _optimizer_ctor_kwargs(cls: type, defaults: Mapping[str, Any]) -> dict[str, Any]:
@@ -688,9 +697,10 @@ def _trace(
     from torch.nn.utils.stateless import _reparametrize_module
 
     with contextlib.ExitStack() as stack:
-        stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
+        mode = (ValuedFakeTensorMode if device.type == "cpu" else FakeTensorMode)(allow_non_fake_inputs=True)
+        stack.enter_context(mode)
         fakes, fakes_by_id = _fake_state(model, spec, device)
-        fake_batch = _fake_batch(batch, spec, device)
+        fake_batch = _fake_batch(batch, spec, device, mode)
         optimizer, clip = clipping_of(optimizer)
         manual = isinstance(optimizer, ManualOptimization)
         copies: list[torch.optim.Optimizer] = []

@@ -1,0 +1,121 @@
+"""The values of a batch's integer tensors, kept through the trace so that Python can read them.
+
+Some training steps read values, not only shapes: a CTC loss checks ``labels.max()`` and keeps the
+valid labels with ``masked_select``; wav2vec 2.0's SpecAugment draws a time mask with NumPy and
+indexes the hidden states with it; Longformer-style models ask whether any token attends
+globally. A fake tensor has no values, so such a step could not be traced and the callback fell
+back to measured timing.
+
+On the CPU proxy the batch's integer and boolean tensors (token ids, labels, masks, lengths) keep
+their values, and so do integer and boolean tensors the step makes from host data
+(``torch.tensor(numpy_mask)``). ``FakeTensorMode`` already runs an op for real when every input
+has a value ("constant propagation"); here that holds for integer results of up to
+:data:`VALUE_LIMIT` elements, not only for single numbers. So a length, a mask or an index that
+depends on the batch alone is known, and a size it decides is exact. Floating-point tensors
+never carry values: no activation, weight or gradient is ever computed. An op whose output would
+exceed the limit (a 4-D mask of a long padded batch) runs on the fake tensors without its inputs'
+values, as before, and is not computed for real.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake_temporarily
+from torch.utils._pytree import tree_leaves, tree_map
+
+VALUE_LIMIT = 1 << 22  # elements: 32 MB of int64, a few milliseconds of real work per op
+
+
+def carries_value(t: torch.Tensor) -> bool:
+    """An integer or boolean tensor small enough to keep its values through the trace."""
+    return not t.is_floating_point() and not t.is_complex() and not t.is_sparse and t.numel() <= VALUE_LIMIT
+
+
+class ValuedFakeTensorMode(FakeTensorMode):
+    """``FakeTensorMode`` whose integer and boolean tensors of up to :data:`VALUE_LIMIT` elements
+    keep their values (see module doc)."""
+
+    def may_turn_const(self, t: torch.Tensor) -> bool:
+        return super().may_turn_const(t) or (not self.is_our_fake(t) and t.device.type == "cpu" and carries_value(t))
+
+    def _dispatch_impl(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        fakes = [t for t in tree_leaves((args, kwargs)) if isinstance(t, FakeTensor)]
+        if fakes and all(t.constant is not None for t in fakes) and _too_big(func, args, kwargs):
+            # The fake mode would compute the op for real before finding its output too big to
+            # keep: run it on value-less stand-ins instead.
+            args, kwargs = tree_map(lambda v: _without_value(self, v) if isinstance(v, FakeTensor) else v,
+                                    (args, kwargs))
+        return super()._dispatch_impl(func, types, args, kwargs)
+
+
+def _too_big(func: Any, args: Any, kwargs: Any) -> bool:
+    """Whether the op's outputs would hold more than :data:`VALUE_LIMIT` elements (its meta kernel's
+    shapes; an op the meta kernel cannot size, such as ``nonzero``, is bounded by its inputs)."""
+    def meta(v: Any) -> Any:
+        if not isinstance(v, FakeTensor):
+            return v
+        return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
+
+    try:
+        with unset_fake_temporarily():
+            out = func(*tree_map(meta, args), **tree_map(meta, kwargs))
+    except Exception:  # noqa: BLE001 - data-dependent shapes: bounded by the (small) inputs
+        return False
+    return sum(t.numel() for t in tree_leaves(out) if isinstance(t, torch.Tensor)) > VALUE_LIMIT
+
+
+def _without_value(mode: FakeTensorMode, t: FakeTensor) -> FakeTensor:
+    if t.constant is None:
+        return t
+    with unset_fake_temporarily():
+        meta = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+    return mode.fake_tensor_converter.from_meta_and_device(mode, meta, t.fake_device)
+
+
+def valued_fake(mode: FakeTensorMode, t: torch.Tensor) -> torch.Tensor | None:
+    """A CPU fake of the batch tensor ``t`` that keeps a copy of its values (an op running for real
+    on them may write to them), or ``None`` for a tensor that carries none."""
+    if not carries_value(t) or t.device.type == "meta" or isinstance(t, FakeTensor):
+        return None  # no values to keep
+    with unset_fake_temporarily():
+        real = t.detach().to("cpu", copy=True)
+    return mode.fake_tensor_converter.from_real_tensor(mode, real, make_constant=True)
+
+
+_CTC = {getattr(torch.ops.aten._ctc_loss, name) for name in ("default", "Tensor")}
+_CTC_BACKWARD = {getattr(torch.ops.aten._ctc_loss_backward, name) for name in ("default", "Tensor")}
+
+
+def _lengths(value: Any) -> list[int] | None:
+    if isinstance(value, FakeTensor):
+        return None if value.constant is None else [int(v) for v in value.constant.reshape(-1).tolist()]
+    return [int(v) for v in value] if isinstance(value, (list, tuple)) else None
+
+
+def sized_by_values(func: Any, args: tuple, kwargs: dict) -> Any:
+    """The fake outputs of an op whose output sizes the fake mode leaves to the values (the CTC
+    loss: its forward's trellis is ``batch x time x (2 x longest target + 1)``), from the lengths'
+    known values; ``NotImplemented`` for any other op or unknown lengths."""
+    if func not in _CTC and func not in _CTC_BACKWARD:
+        return NotImplemented
+    log_probs = args[1] if func in _CTC_BACKWARD else args[0]
+    if not isinstance(log_probs, FakeTensor):
+        return NotImplemented
+    mode, device = log_probs.fake_mode, log_probs.fake_device
+
+    def fake(shape: tuple[int, ...]) -> FakeTensor:
+        with unset_fake_temporarily():
+            meta = torch.empty(shape, dtype=log_probs.dtype, device="meta")
+        return mode.fake_tensor_converter.from_meta_and_device(mode, meta, device)
+
+    if func in _CTC_BACKWARD:
+        return fake(tuple(log_probs.shape))
+    target_lengths = _lengths(args[3] if len(args) > 3 else kwargs.get("target_lengths"))
+    if target_lengths is None:
+        return NotImplemented
+    batched = log_probs.dim() == 3
+    batch = log_probs.shape[1] if batched else 1
+    trellis = (batch, log_probs.shape[0], 2 * max(target_lengths, default=0) + 1)
+    return fake((batch,) if batched else ()), fake(trellis)

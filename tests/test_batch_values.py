@@ -1,0 +1,114 @@
+"""Steps that read values of their batch trace on the CPU proxy: CTC losses, masks drawn on the host."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ptp_callback import batch_values, predict_step, trace_step
+
+VOCAB, FRAMES, BATCH, LONGEST = 12, 50, 4, 9
+
+
+class CTCModel(nn.Module):
+    """Frames -> per-frame log-probabilities, trained with CTC the way transformers' CTC heads do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = nn.Linear(16, 32)
+        self.head = nn.Linear(32, VOCAB)
+
+    def forward(self, frames: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        if labels.max() >= VOCAB:  # a value the step reads
+            raise ValueError("label out of range")
+        log_probs = self.head(self.encoder(frames).relu()).log_softmax(-1).transpose(0, 1)
+        valid = labels >= 0
+        targets = labels.masked_select(valid)  # as many elements as valid labels
+        input_lengths = torch.full((frames.shape[0],), frames.shape[1], dtype=torch.long)
+        return F.ctc_loss(log_probs, targets, input_lengths, valid.sum(-1))
+
+
+def ctc_batch() -> tuple[torch.Tensor, torch.Tensor]:
+    labels = torch.randint(1, VOCAB, (BATCH, LONGEST))
+    labels[1, 5:] = -100  # padding
+    return torch.randn(BATCH, FRAMES, 16), labels
+
+
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
+def test_a_ctc_loss_traces_with_its_trellis_sized_by_the_real_label_lengths(precision):
+    frames, labels = ctc_batch()
+    trace = trace_step(CTCModel(), (frames, labels), lambda m, b: m(*b), None, precision, target_type="cuda",
+                       trace_on="cpu")
+    ctc = [op for op in trace.ops if "ctc_loss" in op.name]
+    assert [op.phase for op in ctc] == ["forward", "backward"]
+    # forward: the loss per sequence and the trellis, batch x frames x (2 x longest target + 1)
+    assert ctc[0].out_shapes == ((BATCH,), (BATCH, FRAMES, 2 * LONGEST + 1))
+    assert ctc[1].out_shapes == ((FRAMES, BATCH, VOCAB),)
+    selected = next(op for op in trace.ops if op.name == "aten.masked_select.default")
+    assert selected.out_shapes == ((BATCH * LONGEST - 4,),)  # the valid labels, counted from the batch
+
+
+def test_the_batch_itself_is_never_written():
+    frames, labels = ctc_batch()
+    before = labels.clone()
+
+    def step(model: nn.Module, b: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        b[1].masked_fill_(b[1] < 0, 0)  # an in-place edit of the labels inside the step
+        return model(b[0], b[1])
+
+    trace_step(CTCModel(), (frames, labels), step, None, "32-true", target_type="cuda", trace_on="cpu")
+    assert torch.equal(labels, before)
+
+
+class HostMasked(nn.Module):
+    """SpecAugment as wav2vec 2.0 does it: a time mask drawn with NumPy replaces frames."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(16, 16)
+        self.masked = nn.Parameter(torch.zeros(16))
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        hidden = self.proj(frames)
+        mask = torch.tensor(np.random.default_rng(0).random(hidden.shape[:2]) < 0.3)
+        hidden[mask] = self.masked.to(hidden.dtype)
+        return self.head(hidden).mean()
+
+
+def test_a_mask_drawn_on_the_host_indexes_the_hidden_states_forward_and_backward():
+    trace = trace_step(HostMasked(), (torch.randn(BATCH, FRAMES, 16),), lambda m, b: m(*b), None, "bf16-mixed",
+                       target_type="cuda", trace_on="cpu")
+    assert {op.phase for op in trace.ops if "index" in op.name} == {"forward", "backward"}
+
+
+def test_integer_results_too_big_to_keep_are_never_computed_for_real(monkeypatch):
+    monkeypatch.setattr(batch_values, "VALUE_LIMIT", 100)
+    seen = {}
+
+    def step(model: nn.Module, b: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        mask = b[1]
+        small, pairs = mask.sum(-1), mask[:, None, :] & mask[:, :, None]  # 8 and 8 x 12 x 12 elements
+        seen.update(small=small.constant is not None, pairs=pairs.constant is not None)
+        return model(b[0]).float().mean() + pairs.sum() * 0
+
+    batch = (torch.randn(8, 16), torch.ones(8, 12, dtype=torch.bool))
+    trace_step(nn.Linear(16, 4), batch, step, None, "32-true", target_type="cuda", trace_on="cpu")
+    assert seen == {"small": True, "pairs": False}
+
+
+def test_a_transformers_ctc_model_with_layerdrop_and_spec_augment_traces():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.Wav2Vec2Config(vocab_size=32, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                         intermediate_size=128, conv_dim=(32, 32), conv_stride=(5, 2),
+                                         conv_kernel=(10, 3), num_conv_pos_embeddings=16, layerdrop=0.1,
+                                         mask_time_prob=0.05)
+    model = transformers.Wav2Vec2ForCTC(config)
+    labels = torch.randint(1, 32, (2, 12))
+    labels[0, 8:] = -100
+    prediction = predict_step(model, {"input_values": torch.randn(2, 16000), "labels": labels},
+                              lambda m, b: m(**b).loss, precision="bf16-mixed")
+    assert prediction.step_s > 0 and not prediction.warnings
