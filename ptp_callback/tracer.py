@@ -50,7 +50,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import grouped_gemm
 from .attention import run_sdpa
-from .batch_values import ValuedFakeTensorMode, sized_by_values, valued_fake
+from .known_values import ValuedFakeTensorMode, reads_as_median, sized_by_values, spread_evenly, valued_fake
 from .batches import map_batch
 from .costs import OpCost, describe_op, is_known, op_kind
 from .cuda_autocast import casts_to_fp32, cuda_autocast_on_cpu
@@ -74,6 +74,7 @@ _LOCAL_SCALAR = torch.ops.aten._local_scalar_dense.default
 # One-element random draws, which Python may read (LayerDrop: ``if torch.rand([]) < p: skip``).
 _RANDOM_DRAWS = frozenset(getattr(torch.ops.aten.rand, name) for name in ("default", "generator")
                           if hasattr(torch.ops.aten.rand, name))
+_TOPK = torch.ops.aten.topk.default
 
 
 class TraceError(RuntimeError):
@@ -211,17 +212,6 @@ def _skips_dispatch(func: Any, args: tuple) -> bool:
     return True
 
 
-def _reads_as_median(draw: Any) -> None:
-    """Give a one-element uniform draw the value 0.5, the median of U(0, 1), so that Python can
-    read it: a fake tensor has no value, and LayerDrop's ``torch.rand([]) < p`` (M2M100, NLLB, LED,
-    wav2vec 2.0 configs) would stop the trace. A layer dropped with probability ``p < 0.5`` is then
-    traced as run, its likelier outcome; over a fit it runs a share ``1 - p`` of the steps. Only on
-    the CPU proxy, where the value can live beside the fake tensor."""
-    if isinstance(draw, FakeTensor) and draw.numel() == 1 and draw.constant is None and draw.fake_device.type == "cpu":
-        with unset_fake_temporarily():
-            draw.constant = torch.full(draw.shape, 0.5, dtype=draw.dtype)
-
-
 class _Recorder(TorchDispatchMode):
     """Records kernel-launching ops; counts metadata ops cheaply without recording them."""
 
@@ -279,7 +269,10 @@ class _Recorder(TorchDispatchMode):
             out = sized_by_values(func, args, kwargs)
         out = func(*args, **kwargs) if out is NotImplemented else out
         if func in _RANDOM_DRAWS:
-            _reads_as_median(out)
+            reads_as_median(out)
+        elif func is _TOPK and isinstance(args[0], FakeTensor) and args[0].constant is None:
+            dim = args[2] if len(args) > 2 else kwargs.get("dim", -1)
+            spread_evenly(out[1], dim, args[0].shape[dim] if args[0].dim() else 1)
         return out
 
     def record(self, name: str, cost: OpCost, inputs: Any, outputs: Any, replay: Any = None) -> None:
@@ -489,7 +482,7 @@ def _fake_batch(batch: Any, spec: PrecisionSpec, device: torch.device, mode: Fak
 
     Floating-point tensors take the parameter dtype under ``*-true`` precisions, as Lightning's
     precision plugins convert inputs. In a :class:`ValuedFakeTensorMode` (the CPU proxy) integer
-    and boolean tensors keep their values (``batch_values.py``).
+    and boolean tensors keep their values (``known_values.py``).
     """
     def fake(t: Any) -> Any:
         if not isinstance(t, torch.Tensor):

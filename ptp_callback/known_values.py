@@ -1,4 +1,4 @@
-"""The values of a batch's integer tensors, kept through the trace so that Python can read them.
+"""Values the trace gives fake tensors, so that a step which reads them can be traced.
 
 Some training steps read values, not only shapes: a CTC loss checks ``labels.max()`` and keeps the
 valid labels with ``masked_select``; wav2vec 2.0's SpecAugment draws a time mask with NumPy and
@@ -15,6 +15,18 @@ depends on the batch alone is known, and a size it decides is exact. Floating-po
 never carry values: no activation, weight or gradient is ever computed. An op whose output would
 exceed the limit (a 4-D mask of a long padded batch) runs on the fake tensors without its inputs'
 values, as before, and is not computed for real.
+
+Values that come from the model's own numbers cannot be known, so two kinds are given typical
+ones, stated here:
+
+* a one-element uniform draw reads as 0.5, the median of U(0, 1): LayerDrop (M2M100, NLLB, LED,
+  wav2vec 2.0 configs) skips a layer while training when ``torch.rand([]) < p``, so each layer
+  with ``p < 0.5`` is traced as run, its likelier outcome (over a fit it runs a share ``1 - p``);
+* the indices ``topk`` picks (a mixture-of-experts router's choice of experts) are spread
+  evenly: row ``r`` picks ``(r * k + j) mod n`` for ``j < k`` of ``n``, so every expert gets the
+  same number of tokens, what a router trained with a load-balancing loss aims for. A loop over
+  experts (transformers' eager experts, ``torch.where(expert_mask[e])``) then runs with exact,
+  balanced sizes. A skewed router makes the real step slower.
 """
 
 from __future__ import annotations
@@ -47,7 +59,27 @@ class ValuedFakeTensorMode(FakeTensorMode):
             # keep: run it on value-less stand-ins instead.
             args, kwargs = tree_map(lambda v: _without_value(self, v) if isinstance(v, FakeTensor) else v,
                                     (args, kwargs))
-        return super()._dispatch_impl(func, types, args, kwargs)
+        out = super()._dispatch_impl(func, types, args, kwargs)
+        if func in _FILLS and isinstance(out, FakeTensor) and out.constant is None and self.may_turn_const_fake(out):
+            # An integer tensor filled with known values (``one_hot`` starts from zeros): keep them.
+            with unset_fake_temporarily():
+                real = tree_map(lambda v: torch.zeros(v.shape, dtype=v.dtype) if isinstance(v, FakeTensor) else v, args)
+                options = {k: v for k, v in kwargs.items() if k not in ("device", "pin_memory")}
+                out.constant = func(*real, **options).to(out.dtype)
+        return out
+
+    def may_turn_const_fake(self, t: FakeTensor) -> bool:
+        """Whether a fake output of the trace may carry values (an integer CPU tensor, small)."""
+        return t.fake_device.type == "cpu" and carries_value(t)
+
+
+_aten = torch.ops.aten
+# Ops that fill a new tensor with values independent of any input's values.
+_FILLS = frozenset(op for op in (
+    _aten.zeros.default, _aten.ones.default, _aten.full.default, _aten.zeros_like.default, _aten.ones_like.default,
+    _aten.full_like.default, _aten.new_zeros.default, _aten.new_ones.default, _aten.new_full.default,
+    _aten.arange.default, _aten.arange.start, _aten.arange.start_step, _aten.scalar_tensor.default,
+))
 
 
 def _too_big(func: Any, args: Any, kwargs: Any) -> bool:
@@ -119,3 +151,25 @@ def sized_by_values(func: Any, args: tuple, kwargs: dict) -> Any:
     batch = log_probs.shape[1] if batched else 1
     trellis = (batch, log_probs.shape[0], 2 * max(target_lengths, default=0) + 1)
     return fake((batch,) if batched else ()), fake(trellis)
+
+
+def reads_as_median(draw: Any) -> None:
+    """Give a one-element uniform draw on the CPU proxy the value 0.5 (see module doc)."""
+    if isinstance(draw, FakeTensor) and draw.numel() == 1 and draw.constant is None and draw.fake_device.type == "cpu":
+        with unset_fake_temporarily():
+            draw.constant = torch.full(draw.shape, 0.5, dtype=draw.dtype)
+
+
+def spread_evenly(indices: Any, dim: int, choices: int) -> None:
+    """Give the indices ``topk`` picked along ``dim`` of ``choices`` values spread evenly over them
+    (see module doc), on the CPU proxy and up to :data:`VALUE_LIMIT` elements."""
+    if (not isinstance(indices, FakeTensor) or indices.constant is not None or indices.fake_device.type != "cpu"
+            or indices.numel() > VALUE_LIMIT or indices.dim() == 0 or choices < 1):
+        return
+    with unset_fake_temporarily():
+        moved = list(indices.movedim(dim, -1).shape)
+        k = moved[-1]
+        rows = indices.numel() // max(1, k)
+        picks = (torch.arange(rows).unsqueeze(-1) * k + torch.arange(k)) % choices
+        value = picks.reshape(moved).movedim(-1, dim).to(indices.dtype).contiguous()
+        indices.constant = torch.empty_strided(indices.shape, indices.stride(), dtype=indices.dtype).copy_(value)

@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ptp_callback import batch_values, predict_step, trace_step
+from ptp_callback import known_values, predict_step, trace_step
 
 VOCAB, FRAMES, BATCH, LONGEST = 12, 50, 4, 9
 
@@ -86,7 +86,7 @@ def test_a_mask_drawn_on_the_host_indexes_the_hidden_states_forward_and_backward
 
 
 def test_integer_results_too_big_to_keep_are_never_computed_for_real(monkeypatch):
-    monkeypatch.setattr(batch_values, "VALUE_LIMIT", 100)
+    monkeypatch.setattr(known_values, "VALUE_LIMIT", 100)
     seen = {}
 
     def step(model: nn.Module, b: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
@@ -111,4 +111,58 @@ def test_a_transformers_ctc_model_with_layerdrop_and_spec_augment_traces():
     labels[0, 8:] = -100
     prediction = predict_step(model, {"input_values": torch.randn(2, 16000), "labels": labels},
                               lambda m, b: m(**b).loss, precision="bf16-mixed")
+    assert prediction.step_s > 0 and not prediction.warnings
+
+
+class LoopedExperts(nn.Module):
+    """Top-2 of 4 experts run one after another on the tokens routed to each (transformers' eager
+    experts): the sizes come from ``torch.where`` on the router's choice."""
+
+    def __init__(self, experts: int = 4) -> None:
+        super().__init__()
+        self.router = nn.Linear(16, experts)
+        self.experts = nn.ModuleList(nn.Linear(16, 16) for _ in range(experts))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weights, chosen = self.router(x).softmax(-1).topk(2, dim=-1)
+        mask = F.one_hot(chosen, len(self.experts)).permute(2, 1, 0)  # expert x slot x token
+        out = torch.zeros_like(x)
+        for e in (mask.sum(dim=(-1, -2)) > 0).nonzero():
+            slot, token = torch.where(mask[e].squeeze(0))
+            out.index_add_(0, token, self.experts[e](x[token]) * weights[token, slot, None])
+        return out.sum()
+
+
+def test_a_routers_choice_is_spread_evenly_so_a_loop_over_experts_traces_with_balanced_sizes():
+    trace = trace_step(LoopedExperts(), (torch.randn(32, 16),), lambda m, b: m(*b), None, "bf16-mixed",
+                       target_type="cuda", trace_on="cpu")
+    expert_gemms = [op for op in trace.ops if op.phase == "forward" and op.cost.op_class == "gemm"
+                    and ".experts." in op.module]
+    # 32 tokens x 2 choices over 4 experts: each expert multiplies 16 tokens
+    assert len(expert_gemms) == 4 and {op.cost.gemm[1] for op in expert_gemms} == {16}
+
+
+def test_spread_indices_give_every_choice_the_same_share_and_each_row_distinct_picks():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        indices = torch.empty(10, 3, 2, dtype=torch.long).transpose(1, 2)  # topk along dim 1 of 6 choices
+    known_values.spread_evenly(indices, 1, 6)
+    picks = indices.constant.transpose(1, 2).reshape(-1, 3)
+    assert all(len(set(row.tolist())) == 3 for row in picks)
+    assert torch.bincount(picks.flatten(), minlength=6).tolist() == [10] * 6
+
+
+def test_a_transformers_mixture_of_experts_with_eager_experts_traces():
+    transformers = pytest.importorskip("transformers")
+    if not hasattr(transformers, "MixtralConfig"):
+        pytest.skip("this transformers has no Mixtral")
+    config = transformers.MixtralConfig(num_hidden_layers=1, hidden_size=64, intermediate_size=96,
+                                        num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
+                                        vocab_size=128, max_position_embeddings=64)
+    config._experts_implementation = "eager"  # a loop over the experts (transformers 4's only form)
+    model = transformers.MixtralForCausalLM(config)
+    ids = torch.randint(0, 128, (2, 16))
+    prediction = predict_step(model, {"input_ids": ids, "labels": ids}, lambda m, b: m(**b).loss,
+                              precision="bf16-mixed")
     assert prediction.step_s > 0 and not prediction.warnings
