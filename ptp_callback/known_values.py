@@ -60,7 +60,7 @@ class ValuedFakeTensorMode(FakeTensorMode):
             args, kwargs = tree_map(lambda v: _without_value(self, v) if isinstance(v, FakeTensor) else v,
                                     (args, kwargs))
         out = super()._dispatch_impl(func, types, args, kwargs)
-        if func in _FILLS and isinstance(out, FakeTensor) and out.constant is None and self.may_turn_const_fake(out):
+        if func in _FILLS and isinstance(out, FakeTensor) and out.constant is None and self._keeps_values(out):
             # An integer tensor filled with known values (``one_hot`` starts from zeros): keep them.
             with unset_fake_temporarily():
                 real = tree_map(lambda v: torch.zeros(v.shape, dtype=v.dtype) if isinstance(v, FakeTensor) else v, args)
@@ -68,7 +68,7 @@ class ValuedFakeTensorMode(FakeTensorMode):
                 out.constant = func(*real, **options).to(out.dtype)
         return out
 
-    def may_turn_const_fake(self, t: FakeTensor) -> bool:
+    def _keeps_values(self, t: FakeTensor) -> bool:
         """Whether a fake output of the trace may carry values (an integer CPU tensor, small)."""
         return t.fake_device.type == "cpu" and carries_value(t)
 

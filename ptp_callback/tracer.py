@@ -25,7 +25,10 @@ would run:
   ``found_inf.item()`` recorded as a sync point.
 
 On every device, Hugging Face's attention-mask shortcuts, which read tensor values, are answered
-from the real batch (``mask_checks.py``).
+from the real batch (``mask_checks.py``). On the CPU proxy integer and boolean tensors of the
+batch keep their values, and a router's top-k choice and LayerDrop's random draw get typical ones
+(``known_values.py``), so steps that read them (CTC losses, SpecAugment, experts run one by one)
+trace; mixture-of-experts grouped GEMMs are recorded as CUDA runs them (``grouped_gemm.py``).
 
 >>> import torch
 >>> trace = trace_step(torch.nn.Linear(8, 4), (torch.randn(2, 8),), lambda m, b: m(*b).sum())
