@@ -112,19 +112,23 @@ def test_mixed_precision_experts_run_in_fp32_so_bf16_true_is_predicted_far_faste
     assert gemm["mixed"] > 5 * gemm["true"]  # fp32 SIMT GEMMs against bf16 tensor cores
 
 
-def test_a_transformers_mixture_of_experts_model_traces_under_autocast():
+# transformers 5 runs its experts as grouped GEMMs where torch has them; "eager" loops over the experts
+# (transformers 4's only form), each on the tokens ``torch.where`` routes to it (``known_values.py``).
+@pytest.mark.parametrize("experts", [None, "eager"])
+def test_a_transformers_mixture_of_experts_model_traces_under_autocast(experts):
     transformers = pytest.importorskip("transformers")
     if not hasattr(transformers, "MixtralConfig"):
         pytest.skip("this transformers has no Mixtral")
     config = transformers.MixtralConfig(num_hidden_layers=1, hidden_size=64, intermediate_size=96,
                                         num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
                                         vocab_size=128, max_position_embeddings=64)
+    if experts:
+        config._experts_implementation = experts
     model = transformers.MixtralForCausalLM(config)
     ids = torch.randint(0, 128, (2, 16))
     with warnings.catch_warnings():
         warnings.simplefilter("error", TraceWarning)
         trace = trace_step(model, {"input_ids": ids, "labels": ids}, None, None, "bf16-mixed", target_type="cuda",
                            trace_on="cpu")
-    experts = [op for op in trace.ops if "experts" in op.module and op.cost.op_class == "gemm"]
-    # transformers' experts call grouped GEMMs where this torch has them, else one GEMM per expert
-    assert experts and sum(op.cost.flops for op in experts) > 0
+    gemms = [op for op in trace.ops if "experts" in op.module and op.cost.op_class == "gemm"]
+    assert sum(op.cost.flops for op in gemms) > 0

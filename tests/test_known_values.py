@@ -152,17 +152,3 @@ def test_spread_indices_give_every_choice_the_same_share_and_each_row_distinct_p
     assert all(len(set(row.tolist())) == 3 for row in picks)
     assert torch.bincount(picks.flatten(), minlength=6).tolist() == [10] * 6
 
-
-def test_a_transformers_mixture_of_experts_with_eager_experts_traces():
-    transformers = pytest.importorskip("transformers")
-    if not hasattr(transformers, "MixtralConfig"):
-        pytest.skip("this transformers has no Mixtral")
-    config = transformers.MixtralConfig(num_hidden_layers=1, hidden_size=64, intermediate_size=96,
-                                        num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
-                                        vocab_size=128, max_position_embeddings=64)
-    config._experts_implementation = "eager"  # a loop over the experts (transformers 4's only form)
-    model = transformers.MixtralForCausalLM(config)
-    ids = torch.randint(0, 128, (2, 16))
-    prediction = predict_step(model, {"input_ids": ids, "labels": ids}, lambda m, b: m(**b).loss,
-                              precision="bf16-mixed")
-    assert prediction.step_s > 0 and not prediction.warnings
