@@ -29,7 +29,7 @@ from ptp_callback.tracer import Trace, trace_step  # noqa: E402
 _TRACER_FILES = ("tracer.py", "costs.py", "attention.py", "recurrent.py", "cuda_autocast.py", "precision.py",
                  "manual_step.py", "meta_dispatch.py", "fused.py", "repeated_blocks.py", "conv_dispatch.py",
                  "optimizer_precision.py", "clipping.py", "grouped_gemm.py", "batches.py", "mask_checks.py",
-                 "known_values.py")
+                 "known_values.py", "module_conversion.py")
 
 
 def spec_of(precision: str) -> PrecisionSpec:

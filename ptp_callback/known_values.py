@@ -26,7 +26,8 @@ ones, stated here:
   evenly: row ``r`` picks ``(r * k + j) mod n`` for ``j < k`` of ``n``, so every expert gets the
   same number of tokens, what a router trained with a load-balancing loss aims for. A loop over
   experts (transformers' eager experts, ``torch.where(expert_mask[e])``) then runs with exact,
-  balanced sizes. A skewed router makes the real step slower.
+  balanced sizes. A skewed router makes the real step slower. A top-1 router's ``argmax`` (or
+  ``max(dim)``) is spread the same way: row ``r`` picks ``r mod n`` (Switch Transformers).
 """
 
 from __future__ import annotations
@@ -153,6 +154,14 @@ def sized_by_values(func: Any, args: tuple, kwargs: dict) -> Any:
     return fake((batch,) if batched else ()), fake(trellis)
 
 
+def known_number(t: Any) -> int | float | bool | None:
+    """The number a zero-dimensional fake tensor with a known value holds, else ``None``."""
+    if isinstance(t, FakeTensor) and t.dim() == 0 and t.constant is not None:
+        with unset_fake_temporarily():
+            return t.constant.item()
+    return None
+
+
 def reads_as_median(draw: Any) -> None:
     """Give a one-element uniform draw on the CPU proxy the value 0.5 (see module doc)."""
     if isinstance(draw, FakeTensor) and draw.numel() == 1 and draw.constant is None and draw.fake_device.type == "cpu":
@@ -160,16 +169,20 @@ def reads_as_median(draw: Any) -> None:
             draw.constant = torch.full(draw.shape, 0.5, dtype=draw.dtype)
 
 
-def spread_evenly(indices: Any, dim: int, choices: int) -> None:
+def spread_evenly(indices: Any, dim: int | None, choices: int) -> None:
     """Give the indices ``topk`` picked along ``dim`` of ``choices`` values spread evenly over them
-    (see module doc), on the CPU proxy and up to :data:`VALUE_LIMIT` elements."""
+    (see module doc), on the CPU proxy and up to :data:`VALUE_LIMIT` elements. ``dim=None``: one
+    pick per row, the picked dimension dropped (``argmax``, ``max(dim)``); row ``r`` picks ``r mod n``."""
     if (not isinstance(indices, FakeTensor) or indices.constant is not None or indices.fake_device.type != "cpu"
             or indices.numel() > VALUE_LIMIT or indices.dim() == 0 or choices < 1):
         return
     with unset_fake_temporarily():
-        moved = list(indices.movedim(dim, -1).shape)
-        k = moved[-1]
-        rows = indices.numel() // max(1, k)
-        picks = (torch.arange(rows).unsqueeze(-1) * k + torch.arange(k)) % choices
-        value = picks.reshape(moved).movedim(-1, dim).to(indices.dtype).contiguous()
+        if dim is None:
+            value = (torch.arange(indices.numel()) % choices).reshape(indices.shape).to(indices.dtype)
+        else:
+            moved = list(indices.movedim(dim, -1).shape)
+            k = moved[-1]
+            rows = indices.numel() // max(1, k)
+            picks = (torch.arange(rows).unsqueeze(-1) * k + torch.arange(k)) % choices
+            value = picks.reshape(moved).movedim(-1, dim).to(indices.dtype).contiguous()
         indices.constant = torch.empty_strided(indices.shape, indices.stride(), dtype=indices.dtype).copy_(value)

@@ -53,7 +53,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import grouped_gemm
 from .attention import run_sdpa
-from .known_values import ValuedFakeTensorMode, reads_as_median, sized_by_values, spread_evenly, valued_fake
+from .known_values import (ValuedFakeTensorMode, known_number, reads_as_median, sized_by_values, spread_evenly,
+                           valued_fake)
 from .batches import map_batch
 from .costs import OpCost, describe_op, is_known, op_kind
 from .cuda_autocast import casts_to_fp32, cuda_autocast_on_cpu
@@ -62,6 +63,7 @@ from .clipping import ClippedGradients, clipping_of
 from .manual_step import ManualOptimization, ManualStep
 from .mask_checks import real_mask_checks
 from .meta_dispatch import MetaShortcut
+from .module_conversion import conversions_keep_fake_parameters
 from .optimizer_precision import eps_underflow
 from .precision import PrecisionSpec, as_precision
 from .recurrent import is_rnn, run_rnn
@@ -78,6 +80,8 @@ _LOCAL_SCALAR = torch.ops.aten._local_scalar_dense.default
 _RANDOM_DRAWS = frozenset(getattr(torch.ops.aten.rand, name) for name in ("default", "generator")
                           if hasattr(torch.ops.aten.rand, name))
 _TOPK = torch.ops.aten.topk.default
+_MAX_DIM = torch.ops.aten.max.dim
+_ONE_PICK = (torch.ops.aten.argmax.default, _MAX_DIM)
 
 
 class TraceError(RuntimeError):
@@ -276,6 +280,12 @@ class _Recorder(TorchDispatchMode):
         elif func is _TOPK and isinstance(args[0], FakeTensor) and args[0].constant is None:
             dim = args[2] if len(args) > 2 else kwargs.get("dim", -1)
             spread_evenly(out[1], dim, args[0].shape[dim] if args[0].dim() else 1)
+        elif func in _ONE_PICK and isinstance(args[0], FakeTensor) and args[0].constant is None:
+            # top-1 routers (Switch Transformers) pick with argmax; keepdim keeps a size-1 dim
+            dim = args[1] if len(args) > 1 else kwargs.get("dim")
+            keepdim = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
+            if dim is not None and args[0].dim():
+                spread_evenly(out[1] if func is _MAX_DIM else out, dim if keepdim else None, args[0].shape[dim])
         return out
 
     def record(self, name: str, cost: OpCost, inputs: Any, outputs: Any, replay: Any = None) -> None:
@@ -392,6 +402,9 @@ class _CudaKernels(TorchFunctionMode):
             return run_rnn(func, args, kwargs, self.recorder, self.recorder.spec.conv_tf32)
         if func is torch.nn.functional.rms_norm or func is torch.rms_norm:
             return run_rms_norm(func, args, kwargs, self.recorder, casts_to_fp32("rms_norm"))
+        if func is torch.Tensor.__format__ and known_number(args[0]) is not None:
+            # ``f"expert_{idx}"`` of a one-element tensor: a real tensor formats as its number
+            return format(known_number(args[0]), *args[1:])
         if self.proxy and func is torch.nn.functional.dropout:
             p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
             training = args[2] if len(args) > 2 else kwargs.get("training", True)
@@ -710,6 +723,7 @@ def _trace(
             scaler = torch.amp.GradScaler(device.type)
             scaler._lazy_init_scale_growth_tracker(device)  # steady state: the scale exists
         stack.enter_context(_reparametrize_module(model, fakes, tie_weights=True, strict=False))
+        stack.enter_context(conversions_keep_fake_parameters())
         stack.enter_context(_train_mode(model, train))
         if not train:
             stack.enter_context(torch.no_grad())
@@ -758,6 +772,10 @@ def _why(exc: Exception) -> str:
     if isinstance(exc, (DynamicOutputShapeException, DataDependentOutputException)):
         return (" -- this op's output size depends on the values of its inputs (a boolean mask, packed "
                 "sequences, lengths, routing to experts), which a trace on fake tensors does not have")
+    if "at::autocast::prioritize" in str(exc):
+        return (" -- autocast met fp16 and bf16 tensors in one op (a cuDNN LSTM/GRU returns fp16 under any "
+                "autocast): the step fails the same way on a GPU under this precision; 16-mixed, or casting "
+                "the recurrent layer's output, avoids it")
     return ""
 
 

@@ -152,3 +152,58 @@ def test_spread_indices_give_every_choice_the_same_share_and_each_row_distinct_p
     assert all(len(set(row.tolist())) == 3 for row in picks)
     assert torch.bincount(picks.flatten(), minlength=6).tolist() == [10] * 6
 
+
+
+class Top1Experts(nn.Module):
+    """Switch-style top-1 routing: ``argmax`` picks one expert per token, looked up by a formatted
+    name (``self.experts[f"expert_{idx}"]``), as transformers' Switch Transformers does."""
+
+    def __init__(self, experts: int = 4) -> None:
+        super().__init__()
+        self.router = nn.Linear(16, experts)
+        self.experts = nn.ModuleDict({f"expert_{e}": nn.Linear(16, 16) for e in range(experts)})
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mask = F.one_hot(self.router(x).argmax(dim=-1), len(self.experts)).T  # expert x token
+        out = torch.zeros_like(x)
+        for e in (mask.sum(dim=-1) > 0).nonzero():
+            token = torch.where(mask[e[0]])[0]
+            out.index_add_(0, token, self.experts[f"expert_{e[0]}"](x[token]))
+        return out.sum()
+
+
+def test_a_top1_routers_argmax_is_spread_evenly_and_a_formatted_expert_index_names_its_expert():
+    trace = trace_step(Top1Experts(), (torch.randn(32, 16),), lambda m, b: m(*b), None, "bf16-mixed",
+                       target_type="cuda", trace_on="cpu")
+    expert_gemms = [op for op in trace.ops if op.phase == "forward" and op.cost.op_class == "gemm"
+                    and ".experts." in op.module]
+    # 32 tokens over 4 experts, one each: every expert multiplies 8 tokens
+    assert len(expert_gemms) == 4 and {op.cost.gemm[1] for op in expert_gemms} == {8}
+    assert {op.module.split(".experts.")[1].split(".")[0] for op in expert_gemms} == {f"expert_{e}" for e in range(4)}
+
+
+def test_one_pick_per_row_is_spread_over_the_choices_in_turn():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        indices = torch.empty(3, 4, dtype=torch.long)  # argmax over 5 choices, the dimension dropped
+    known_values.spread_evenly(indices, None, 5)
+    assert indices.constant.flatten().tolist() == [i % 5 for i in range(12)]
+
+
+def test_a_transformers_switch_transformers_model_traces():
+    transformers = pytest.importorskip("transformers")
+    if not hasattr(transformers, "SwitchTransformersConfig"):
+        pytest.skip("this transformers has no Switch Transformers")
+    # its router converts itself to fp32 and picks experts with argmax in every forward
+    config = transformers.SwitchTransformersConfig(vocab_size=100, d_model=64, d_kv=16, d_ff=128, num_layers=2,
+                                                   num_decoder_layers=2, num_heads=4, num_experts=4,
+                                                   expert_capacity=64, num_sparse_encoder_layers=1,
+                                                   num_sparse_decoder_layers=1, decoder_start_token_id=0)
+    model = transformers.SwitchTransformersForConditionalGeneration(config)
+    ids = torch.randint(0, 100, (2, 32))
+    trace = trace_step(model, {"input_ids": ids, "labels": ids[:, :8]}, lambda m, b: m(**b).loss, None,
+                       "bf16-mixed", target_type="cuda", trace_on="cpu")
+    expert_gemms = [op for op in trace.ops if op.phase == "forward" and op.cost.op_class == "gemm"
+                    and ".experts.expert_" in op.module]
+    assert expert_gemms and not trace.unknown_ops

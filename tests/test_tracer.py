@@ -327,6 +327,16 @@ def test_common_activations_and_their_backwards_are_known_ops(activation):
     lambda x: x + torch.floor_divide(x.detach(), 3.0),  # a router's ``positions // top_k``
     lambda x: torch.zeros_like(x).index_copy(0, torch.arange(8), x),
     lambda x: x + torch.empty_like(x).exponential_(),  # Gumbel noise of a sampling router
+    # position embeddings resized to another image size (CrossViT, Hiera, NaFlexViT)
+    lambda x: F.interpolate(x.view(2, 4, 4, 8), size=(6, 12), mode="bicubic"),
+    lambda x: F.interpolate(x.view(2, 4, 4, 8), size=(2, 4), mode="bilinear", antialias=True),
+    lambda x: F.pad(x.view(2, 4, 4, 8), (1, 1, 1, 1), mode="reflect"),  # TResNet
+    # RAFT's correlation lookup
+    lambda x: F.grid_sample(x.view(2, 4, 4, 8), torch.zeros(2, 3, 3, 2), align_corners=False),
+    lambda x: F.hardshrink(x),
+    lambda x: F.adaptive_avg_pool3d(x.view(2, 4, 2, 4, 4), 2),
+    lambda x: torch.fft.rfft(x, dim=-1).abs(),  # FNet, Fourier neural operators
+    lambda x: F.smooth_l1_loss(x, torch.zeros_like(x)),
 ])
 def test_ops_that_models_we_met_use_are_known(make):
     model = nn.Linear(32, 32)
@@ -502,3 +512,42 @@ def test_a_spectral_normed_layer_traces_under_autocast_for_a_gpu():
     vdot = next(op for op in trace.ops if op.name == "aten.vdot.default")
     assert vdot.cost.dtype == "fp32"
 
+
+
+class ConvertsItsRouter(nn.Module):
+    """Converts a submodule inside ``forward``, as Switch Transformers' router does every step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Linear(32, 32)
+        self.router = nn.Linear(32, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.router = self.router.to(torch.float32)
+        return self.body(x).sum() + self.router(x.float()).float().sum()
+
+
+# bf16-true: the converted router runs in fp32, as on a GPU; under autocast its GEMM is cast to bf16 anyway
+@pytest.mark.parametrize("precision, router_dtype",
+                         [("32-true", "fp32"), ("bf16-mixed", "bf16"), ("bf16-true", "fp32")])
+def test_a_step_that_converts_a_submodule_traces_and_the_real_model_is_left_as_it_was(precision, router_dtype):
+    model = ConvertsItsRouter()
+    before = {name: (p, p.dtype) for name, p in model.named_parameters()}
+    trace = trace_step(model, mlp_batch(), lambda m, b: m(b[0]), None, precision)
+    router = [op for op in trace.ops if op.phase == "forward" and op.cost.op_class == "gemm" and "router" in op.module]
+    assert [op.cost.dtype for op in router] == [router_dtype]
+    assert {name: (p, p.dtype) for name, p in model.named_parameters()} == before
+
+
+def test_autocast_mixing_fp16_and_bf16_says_the_gpu_fails_the_same_way():
+    class TwoLSTMs(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.LSTM(32, 16, batch_first=True), nn.LSTM(32, 16, batch_first=True)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.cat([self.a(x)[0], self.b(x)[0]], -1).float().sum()  # cuDNN LSTMs return fp16
+
+    with pytest.raises(TraceError, match="fails the same way on a GPU"):
+        trace_step(TwoLSTMs(), (torch.randn(2, 8, 32),), lambda m, b: m(b[0]), None, "bf16-mixed",
+                   target_type="cuda", trace_on="cpu")
