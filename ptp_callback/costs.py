@@ -147,6 +147,9 @@ _DATA_MOVEMENT: frozenset[str] = frozenset((
     "replication_pad3d_backward", "index_fill", "index_fill_", "diag_embed",
     # cuFFT: one to a few passes over the data for the sizes models use (FNO, FNet, spectrograms)
     "_fft_r2c", "_fft_c2r", "_fft_c2c",
+    # torchvision's detection ops: gathers with bilinear weights (backward: atomic adds), box overlaps
+    "roi_align", "_roi_align_backward", "roi_pool", "_roi_pool_backward", "ps_roi_align", "_ps_roi_align_backward",
+    "ps_roi_pool", "_ps_roi_pool_backward", "nms",
     "_softmax", "_log_softmax", "_safe_softmax", "col2im", "im2col", "channel_shuffle", "pixel_shuffle",
     "pixel_unshuffle", "_adaptive_avg_pool2d", "one_hot", "bernoulli", "_fused_dropout", "_masked_scale",
     "linspace", "randperm", "randint", "_pin_memory", "sort", "unique", "_unique2", "nonzero", "bucketize",
@@ -160,7 +163,7 @@ _DATA_MOVEMENT: frozenset[str] = frozenset((
     "softplus_backward", "sigmoid_backward", "tanh_backward", "glu", "glu_backward", "prelu",
     "_prelu_kernel", "_prelu_kernel_backward", "log_sigmoid_forward", "log_sigmoid_backward",
     # pointwise math without the tag (a router's ``positions // top_k``, complex rotary embeddings)
-    "floor_divide", "floor_divide_", "polar",
+    "floor_divide", "floor_divide_", "polar", "abs_",
 ))
 
 DTYPE_KEYS: dict[torch.dtype, str] = {

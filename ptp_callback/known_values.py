@@ -11,27 +11,40 @@ their values, and so do integer and boolean tensors the step makes from host dat
 (``torch.tensor(numpy_mask)``). ``FakeTensorMode`` already runs an op for real when every input
 has a value ("constant propagation"); here that holds for integer results of up to
 :data:`VALUE_LIMIT` elements, not only for single numbers. So a length, a mask or an index that
-depends on the batch alone is known, and a size it decides is exact. Floating-point tensors
-never carry values: no activation, weight or gradient is ever computed. An op whose output would
-exceed the limit (a 4-D mask of a long padded batch) runs on the fake tensors without its inputs'
-values, as before, and is not computed for real.
+depends on the batch alone is known, and a size it decides is exact. Of floating-point tensors
+only small ones from the batch or from host data keep their values (up to
+:data:`FLOAT_VALUE_LIMIT` elements: a detection batch's boxes and keypoints, normalization
+constants), so a detector's check of its target boxes and their rescaling are known; no
+activation, weight or gradient is ever computed. An op whose output would exceed the limit (a
+4-D mask of a long padded batch) runs on the fake tensors without its inputs' values, as before,
+and is not computed for real. An op whose output memory is uninitialized (``new_empty`` of a
+valued tensor, which ``index``'s meta kernel starts with) never carries values.
 
-Values that come from the model's own numbers cannot be known, so two kinds are given typical
-ones, stated here:
+Values that come from the model's own numbers cannot be known, so three kinds are given typical
+or bounding ones, stated here:
 
 * a one-element uniform draw reads as 0.5, the median of U(0, 1): LayerDrop (M2M100, NLLB, LED,
   wav2vec 2.0 configs) skips a layer while training when ``torch.rand([]) < p``, so each layer
-  with ``p < 0.5`` is traced as run, its likelier outcome (over a fit it runs a share ``1 - p``);
+  with ``p < 0.5`` is traced as run, its likelier outcome (over a fit it runs a share ``1 - p``).
+  A one-element ``uniform_(a, b)`` reads as ``(a + b) / 2``: torchvision's detection transform
+  picks its training image size with one;
 * the indices ``topk`` picks (a mixture-of-experts router's choice of experts) are spread
   evenly: row ``r`` picks ``(r * k + j) mod n`` for ``j < k`` of ``n``, so every expert gets the
   same number of tokens, what a router trained with a load-balancing loss aims for. A loop over
   experts (transformers' eager experts, ``torch.where(expert_mask[e])``) then runs with exact,
   balanced sizes. A skewed router makes the real step slower. A top-1 router's ``argmax`` (or
-  ``max(dim)``) is spread the same way: row ``r`` picks ``r mod n`` (Switch Transformers).
+  ``max(dim)``) is spread the same way: row ``r`` picks ``r mod n`` (Switch Transformers);
+* what ``nonzero`` (``torch.where(mask)``, ``x[mask]``), ``masked_select`` and torchvision's
+  ``nms`` keep of an input without values is taken at its largest: every element. A detector's
+  proposal filters keep nearly all in training, its samplers then draw their fixed counts (512
+  regions, 256 anchors per image), and NMS is followed by a fixed top-N, so two-stage detectors
+  trace with their real training sizes; a mask or keypoint head is run on every sampled region,
+  not only the positive ones (an over-prediction). The trace lists these ops in its notes.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -41,9 +54,16 @@ from torch.utils._pytree import tree_leaves, tree_map
 VALUE_LIMIT = 1 << 22  # elements: 32 MB of int64, a few milliseconds of real work per op
 
 
+# Floating-point elements a batch or host tensor may keep: a detection batch's boxes and keypoints,
+# per-sample weights; never an image, a feature map or a parameter.
+FLOAT_VALUE_LIMIT = 4096
+
+
 def carries_value(t: torch.Tensor) -> bool:
-    """An integer or boolean tensor small enough to keep its values through the trace."""
-    return not t.is_floating_point() and not t.is_complex() and not t.is_sparse and t.numel() <= VALUE_LIMIT
+    """An integer or boolean tensor, or a small floating-point one, whose values the trace keeps."""
+    if t.is_complex() or t.is_sparse:
+        return False
+    return t.numel() <= (FLOAT_VALUE_LIMIT if t.is_floating_point() else VALUE_LIMIT)
 
 
 class ValuedFakeTensorMode(FakeTensorMode):
@@ -53,7 +73,17 @@ class ValuedFakeTensorMode(FakeTensorMode):
     def may_turn_const(self, t: torch.Tensor) -> bool:
         return super().may_turn_const(t) or (not self.is_our_fake(t) and t.device.type == "cpu" and carries_value(t))
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.taken_largest: dict[str, int] = {}  # ops sized by unknown values: every element kept
+
     def _dispatch_impl(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        sized = sized_without_values(self, func, args, kwargs)
+        if sized is not NotImplemented:
+            out, assumed = sized
+            if assumed:
+                self.taken_largest[str(func)] = self.taken_largest.get(str(func), 0) + 1
+            return out
         fakes = [t for t in tree_leaves((args, kwargs)) if isinstance(t, FakeTensor)]
         if fakes and all(t.constant is not None for t in fakes) and _too_big(func, args, kwargs):
             # The fake mode would compute the op for real before finding its output too big to
@@ -61,6 +91,10 @@ class ValuedFakeTensorMode(FakeTensorMode):
             args, kwargs = tree_map(lambda v: _without_value(self, v) if isinstance(v, FakeTensor) else v,
                                     (args, kwargs))
         out = super()._dispatch_impl(func, types, args, kwargs)
+        if func in _UNINITIALIZED and isinstance(out, FakeTensor) and out.constant is not None:
+            # Constant propagation ran ``new_empty`` of a valued tensor for real: its "value" is
+            # uninitialized memory (the meta kernel of ``index`` starts with one), never a value.
+            out.constant = None
         if func in _FILLS and isinstance(out, FakeTensor) and out.constant is None and self._keeps_values(out):
             # An integer tensor filled with known values (``one_hot`` starts from zeros): keep them.
             with unset_fake_temporarily():
@@ -70,8 +104,9 @@ class ValuedFakeTensorMode(FakeTensorMode):
         return out
 
     def _keeps_values(self, t: FakeTensor) -> bool:
-        """Whether a fake output of the trace may carry values (an integer CPU tensor, small)."""
-        return t.fake_device.type == "cpu" and carries_value(t)
+        """Whether a filled fake output may carry values (an integer CPU tensor, small): a float
+        fill is an activation's buffer (``zeros_like(hidden)``), which never carries values."""
+        return t.fake_device.type == "cpu" and not t.is_floating_point() and carries_value(t)
 
 
 _aten = torch.ops.aten
@@ -80,6 +115,13 @@ _FILLS = frozenset(op for op in (
     _aten.zeros.default, _aten.ones.default, _aten.full.default, _aten.zeros_like.default, _aten.ones_like.default,
     _aten.full_like.default, _aten.new_zeros.default, _aten.new_ones.default, _aten.new_full.default,
     _aten.arange.default, _aten.arange.start, _aten.arange.start_step, _aten.scalar_tensor.default,
+))
+
+
+# Ops whose output memory is left uninitialized.
+_UNINITIALIZED = frozenset(op for op in (
+    _aten.empty.memory_format, _aten.empty_like.default, _aten.empty_strided.default, _aten.new_empty.default,
+    _aten.new_empty_strided.default, _aten.empty_permuted.default,
 ))
 
 
@@ -107,13 +149,13 @@ def _without_value(mode: FakeTensorMode, t: FakeTensor) -> FakeTensor:
     return mode.fake_tensor_converter.from_meta_and_device(mode, meta, t.fake_device)
 
 
-def valued_fake(mode: FakeTensorMode, t: torch.Tensor) -> torch.Tensor | None:
-    """A CPU fake of the batch tensor ``t`` that keeps a copy of its values (an op running for real
-    on them may write to them), or ``None`` for a tensor that carries none."""
+def valued_fake(mode: FakeTensorMode, t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor | None:
+    """A CPU fake of the batch tensor ``t`` (converted to ``dtype``) that keeps a copy of its values
+    (an op running for real on them may write to them), or ``None`` for a tensor that carries none."""
     if not carries_value(t) or t.device.type == "meta" or isinstance(t, FakeTensor):
         return None  # no values to keep
     with unset_fake_temporarily():
-        real = t.detach().to("cpu", copy=True)
+        real = t.detach().to("cpu", dtype=dtype or t.dtype, copy=True)
     return mode.fake_tensor_converter.from_real_tensor(mode, real, make_constant=True)
 
 
@@ -154,6 +196,37 @@ def sized_by_values(func: Any, args: tuple, kwargs: dict) -> Any:
     return fake((batch,) if batched else ()), fake(trellis)
 
 
+def sized_without_values(mode: FakeTensorMode, func: Any, args: tuple, kwargs: dict) -> Any:
+    """``(fake output, assumed)`` for ``nonzero``, ``masked_select`` or torchvision's ``nms`` of an
+    input without values: every element kept (``assumed``), or a ``masked_select`` sized exactly by
+    its mask's values; ``NotImplemented`` for any other call (see module doc)."""
+    first = args[0] if args else None
+    if not isinstance(first, FakeTensor) or first.constant is not None or first.fake_device.type != "cpu":
+        return NotImplemented
+    if func is _aten.masked_select.default:
+        mask = args[1] if len(args) > 1 else kwargs["mask"]
+        shape = torch.broadcast_shapes(first.shape, mask.shape)
+        known = isinstance(mask, FakeTensor) and mask.constant is not None
+        with unset_fake_temporarily():
+            size = int(mask.constant.expand(shape).sum()) if known else math.prod(shape)
+            meta = torch.empty((size,), dtype=first.dtype, device="meta")
+        return mode.fake_tensor_converter.from_meta_and_device(mode, meta, first.fake_device), not known
+    if func is _aten.nonzero.default:
+        with unset_fake_temporarily():
+            kept = torch.ones(first.shape, dtype=torch.bool).nonzero()
+    elif is_nms(func):
+        with unset_fake_temporarily():
+            kept = torch.arange(first.shape[0])
+    else:
+        return NotImplemented
+    return mode.fake_tensor_converter.from_real_tensor(mode, kept, make_constant=kept.numel() <= VALUE_LIMIT), True
+
+
+def is_nms(func: Any) -> bool:
+    """torchvision's non-maximum suppression (its CUDA kernel copies a mask to the host: a sync)."""
+    return getattr(func, "namespace", "") == "torchvision" and func.overloadpacket.__name__ == "nms"
+
+
 def known_number(t: Any) -> int | float | bool | None:
     """The number a zero-dimensional fake tensor with a known value holds, else ``None``."""
     if isinstance(t, FakeTensor) and t.dim() == 0 and t.constant is not None:
@@ -162,11 +235,11 @@ def known_number(t: Any) -> int | float | bool | None:
     return None
 
 
-def reads_as_median(draw: Any) -> None:
-    """Give a one-element uniform draw on the CPU proxy the value 0.5 (see module doc)."""
+def reads_as_median(draw: Any, low: float = 0.0, high: float = 1.0) -> None:
+    """Give a one-element draw from U(low, high) on the CPU proxy its median (see module doc)."""
     if isinstance(draw, FakeTensor) and draw.numel() == 1 and draw.constant is None and draw.fake_device.type == "cpu":
         with unset_fake_temporarily():
-            draw.constant = torch.full(draw.shape, 0.5, dtype=draw.dtype)
+            draw.constant = torch.full(draw.shape, (low + high) / 2, dtype=draw.dtype)
 
 
 def spread_evenly(indices: Any, dim: int | None, choices: int) -> None:

@@ -53,7 +53,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import grouped_gemm
 from .attention import run_sdpa
-from .known_values import (ValuedFakeTensorMode, known_number, reads_as_median, sized_by_values, spread_evenly,
+from .known_values import (ValuedFakeTensorMode, is_nms, known_number, reads_as_median, sized_by_values, spread_evenly,
                            valued_fake)
 from .batches import map_batch
 from .costs import OpCost, describe_op, is_known, op_kind
@@ -79,6 +79,7 @@ _LOCAL_SCALAR = torch.ops.aten._local_scalar_dense.default
 # One-element random draws, which Python may read (LayerDrop: ``if torch.rand([]) < p: skip``).
 _RANDOM_DRAWS = frozenset(getattr(torch.ops.aten.rand, name) for name in ("default", "generator")
                           if hasattr(torch.ops.aten.rand, name))
+_UNIFORM = torch.ops.aten.uniform_.default
 _TOPK = torch.ops.aten.topk.default
 _MAX_DIM = torch.ops.aten.max.dim
 _ONE_PICK = (torch.ops.aten.argmax.default, _MAX_DIM)
@@ -226,6 +227,7 @@ class _Recorder(TorchDispatchMode):
         super().__init__()
         self.spec = spec
         self.module_of = module_of
+        self.cuda_target = cuda_target
         self.meta = MetaShortcut(cuda_target)
         self.ops: list[OpRecord] = []
         self.phase = "forward"
@@ -263,6 +265,8 @@ class _Recorder(TorchDispatchMode):
         if cost.op_class == "gemm" and cost.kernel == grouped_gemm.KERNEL and not grouped_gemm.fast_path(cost.dtype):
             self.pseudo("ptp.sync")  # the fallback copies the group offsets to the host first
         self.record(str(func), cost, (args, kwargs), out, _replay_spec(args, kwargs) if cost.kernels else None)
+        if self.cuda_target and is_nms(func):
+            self.pseudo("ptp.sync")  # torchvision's CUDA kernel copies its overlap mask to the host
         return out
 
     def _run(self, func: Any, args: tuple, kwargs: dict) -> Any:
@@ -277,6 +281,9 @@ class _Recorder(TorchDispatchMode):
         out = func(*args, **kwargs) if out is NotImplemented else out
         if func in _RANDOM_DRAWS:
             reads_as_median(out)
+        elif func is _UNIFORM:
+            reads_as_median(out, args[1] if len(args) > 1 else kwargs.get("from", 0.0),
+                            args[2] if len(args) > 2 else kwargs.get("to", 1.0))
         elif func is _TOPK and isinstance(args[0], FakeTensor) and args[0].constant is None:
             dim = args[2] if len(args) > 2 else kwargs.get("dim", -1)
             spread_evenly(out[1], dim, args[0].shape[dim] if args[0].dim() else 1)
@@ -498,13 +505,14 @@ def _fake_batch(batch: Any, spec: PrecisionSpec, device: torch.device, mode: Fak
 
     Floating-point tensors take the parameter dtype under ``*-true`` precisions, as Lightning's
     precision plugins convert inputs. In a :class:`ValuedFakeTensorMode` (the CPU proxy) integer
-    and boolean tensors keep their values (``known_values.py``).
+    and boolean tensors, and small floating-point ones, keep their values (``known_values.py``).
     """
     def fake(t: Any) -> Any:
         if not isinstance(t, torch.Tensor):
             return t
-        valued = valued_fake(mode, t) if isinstance(mode, ValuedFakeTensorMode) else None
-        return valued if valued is not None else _fake_like(t, _float_dtype_for(t, spec), device)
+        dtype = _float_dtype_for(t, spec)
+        valued = valued_fake(mode, t, dtype) if isinstance(mode, ValuedFakeTensorMode) else None
+        return valued if valued is not None else _fake_like(t, dtype, device)
 
     return map_batch(fake, batch)
 
@@ -750,6 +758,10 @@ def _trace(
             ) from exc
 
     hazards = tuple(dict.fromkeys(h for h in (eps_underflow(c) for c in copies) if h))
+    if isinstance(mode, ValuedFakeTensorMode) and mode.taken_largest:
+        listed = ", ".join(f"{name} x{n}" for name, n in sorted(mode.taken_largest.items()))
+        mappings.append(f"sizes decided by the model's own numbers taken at their largest (every element "
+                        f"kept): {listed}")
     return Trace(
         ops=recorder.ops,
         precision=spec,
@@ -769,9 +781,12 @@ def _why(exc: Exception) -> str:
     """What a failure the user cannot act on from its name alone means."""
     from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 
-    if isinstance(exc, (DynamicOutputShapeException, DataDependentOutputException)):
-        return (" -- this op's output size depends on the values of its inputs (a boolean mask, packed "
-                "sequences, lengths, routing to experts), which a trace on fake tensors does not have")
+    if isinstance(exc, DataDependentOutputException):
+        return (" -- the step reads a number its model computed (`.item()`, `int(t)`, `if t.any():`), which a "
+                "trace on fake tensors does not have")
+    if isinstance(exc, DynamicOutputShapeException):
+        return (" -- this op's output size depends on the values of its inputs (packed sequences, lengths, "
+                "unique values), which a trace on fake tensors does not have")
     if "at::autocast::prioritize" in str(exc):
         return (" -- autocast met fp16 and bf16 tensors in one op (a cuDNN LSTM/GRU returns fp16 under any "
                 "autocast): the step fails the same way on a GPU under this precision; 16-mixed, or casting "

@@ -207,3 +207,68 @@ def test_a_transformers_switch_transformers_model_traces():
     expert_gemms = [op for op in trace.ops if op.phase == "forward" and op.cost.op_class == "gemm"
                     and ".experts.expert_" in op.module]
     assert expert_gemms and not trace.unknown_ops
+
+
+class Proposals(nn.Module):
+    """A detector's training step in miniature: the batch's boxes are checked, proposals are kept
+    by a threshold on their scores, and a sampler draws a fixed number of them at random."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.score = nn.Linear(16, 1)
+        self.head = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
+        if (boxes[:, 2:] <= boxes[:, :2]).any():  # the batch's float boxes carry their values
+            raise ValueError("degenerate box")
+        keep = torch.where(self.score(x).squeeze(-1) > 0.0)[0]  # decided by the model's numbers
+        sampled = keep[torch.randperm(keep.numel())[:8]]
+        mask = torch.zeros(x.shape[0], dtype=torch.uint8)
+        mask[sampled] = 1  # a random index never reads as values: this would index out of range
+        size = (128, 160)[int(torch.empty(1).uniform_(0.0, 2.0).item())]  # a one-element draw: its median
+        return self.head(x[keep]).sum() + mask.sum() * size
+
+
+def test_sizes_the_models_numbers_decide_are_taken_at_their_largest_and_said_so():
+    boxes = torch.tensor([[10.0, 20.0, 100.0, 120.0], [50.0, 60.0, 200.0, 220.0]])
+    trace = trace_step(Proposals(), (torch.randn(32, 16), boxes), lambda m, b: m(*b), None, "bf16-mixed",
+                       target_type="cuda", trace_on="cpu")
+    head = [op for op in trace.ops
+            if op.phase == "forward" and op.cost.op_class == "gemm" and op.module.endswith("head")]
+    assert [op.cost.gemm[1] for op in head] == [32]  # every proposal kept
+    assert any("taken at their largest" in note and "aten.nonzero" in note for note in trace.mappings)
+
+
+def test_a_random_index_into_a_valued_tensor_carries_no_values():
+    with known_values.ValuedFakeTensorMode(allow_non_fake_inputs=True):
+        ids = torch.tensor(list(range(100)))
+        assert ids[torch.tensor([3, 4])].constant.tolist() == [3, 4]
+        assert ids[torch.randperm(100)[:5]].constant is None  # was uninitialized memory read as values
+
+
+def test_a_masked_select_by_a_valued_mask_is_sized_exactly_and_not_called_an_assumption():
+    def step(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return torch.masked_select(model(batch[0]), batch[1].unsqueeze(-1)).sum()
+
+    mask = torch.tensor([True, False, True, False])
+    trace = trace_step(nn.Linear(16, 16), (torch.randn(4, 16), mask), step, None, "32-true",
+                       target_type="cuda", trace_on="cpu")
+    selected = next(op for op in trace.ops if op.name == "aten.masked_select.default")
+    assert selected.out_shapes == ((32,),)  # 2 rows x 16
+    assert not any("taken at their largest" in note for note in trace.mappings)
+
+
+# SSD trains without NMS (hard negative mining sorts the losses instead)
+@pytest.mark.parametrize("name, runs_nms", [("fasterrcnn_mobilenet_v3_large_320_fpn", True),
+                                            ("ssdlite320_mobilenet_v3_large", False)])
+def test_torchvision_detection_models_trace_with_nms_as_a_host_sync(name, runs_nms):
+    torchvision = pytest.importorskip("torchvision")
+    model = torchvision.models.get_model(name, weights=None, weights_backbone=None, num_classes=3)
+    images = [torch.rand(3, 320, 320) for _ in range(2)]
+    targets = [{"boxes": torch.tensor([[10.0, 20.0, 100.0, 120.0]]), "labels": torch.tensor([1])} for _ in range(2)]
+    trace = trace_step(model, (images, targets), lambda m, b: sum(m(*b).values()), None, "bf16-mixed",
+                       target_type="cuda", trace_on="cpu")
+    assert not trace.unknown_ops
+    names = [op.name for op in trace.ops]
+    nms = [i for i, n in enumerate(names) if n == "torchvision.nms.default"]
+    assert bool(nms) == runs_nms and all(names[i + 1] == "ptp.sync" for i in nms)

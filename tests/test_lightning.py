@@ -225,7 +225,8 @@ class DataDependent(Tiny):
     def training_step(self, batch, batch_idx):
         x, y = batch
         h = self.net(x)
-        return h[h > 0].sum() + F.cross_entropy(h, y)  # boolean indexing: untraceable with fake tensors
+        # Python reads a number the model computed: untraceable with fake tensors
+        return h[: 1 + int(h.detach().abs().sum()) % 4].sum() + F.cross_entropy(h, y)
 
 
 def test_untraceable_model_warns_once_and_falls_back():
