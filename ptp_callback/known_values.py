@@ -67,23 +67,25 @@ def carries_value(t: torch.Tensor) -> bool:
 
 
 class ValuedFakeTensorMode(FakeTensorMode):
-    """``FakeTensorMode`` whose integer and boolean tensors of up to :data:`VALUE_LIMIT` elements
-    keep their values (see module doc)."""
+    """``FakeTensorMode`` whose integer and boolean tensors of up to :data:`VALUE_LIMIT` elements,
+    and floating-point ones of up to :data:`FLOAT_VALUE_LIMIT`, keep their values; ops sized by
+    values it does not have are taken at their largest, counted in ``taken_largest`` (see module doc)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.taken_largest: dict[str, int] = {}
 
     def may_turn_const(self, t: torch.Tensor) -> bool:
         return super().may_turn_const(t) or (not self.is_our_fake(t) and t.device.type == "cpu" and carries_value(t))
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.taken_largest: dict[str, int] = {}  # ops sized by unknown values: every element kept
-
     def _dispatch_impl(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
-        sized = sized_without_values(self, func, args, kwargs)
-        if sized is not NotImplemented:
-            out, assumed = sized
-            if assumed:
-                self.taken_largest[str(func)] = self.taken_largest.get(str(func), 0) + 1
-            return out
+        if func in _SIZED_BY_VALUES or is_nms(func):
+            sized = sized_without_values(self, func, args, kwargs)
+            if sized is not NotImplemented:
+                out, assumed = sized
+                if assumed:
+                    self.taken_largest[str(func)] = self.taken_largest.get(str(func), 0) + 1
+                return out
         fakes = [t for t in tree_leaves((args, kwargs)) if isinstance(t, FakeTensor)]
         if fakes and all(t.constant is not None for t in fakes) and _too_big(func, args, kwargs):
             # The fake mode would compute the op for real before finding its output too big to
@@ -118,6 +120,8 @@ _FILLS = frozenset(op for op in (
 ))
 
 
+# Ops whose output size the values of their input decide (torchvision's ``nms`` too: ``is_nms``).
+_SIZED_BY_VALUES = frozenset((_aten.nonzero.default, _aten.masked_select.default))
 # Ops whose output memory is left uninitialized.
 _UNINITIALIZED = frozenset(op for op in (
     _aten.empty.memory_format, _aten.empty_like.default, _aten.empty_strided.default, _aten.new_empty.default,
@@ -224,7 +228,7 @@ def sized_without_values(mode: FakeTensorMode, func: Any, args: tuple, kwargs: d
 
 def is_nms(func: Any) -> bool:
     """torchvision's non-maximum suppression (its CUDA kernel copies a mask to the host: a sync)."""
-    return getattr(func, "namespace", "") == "torchvision" and func.overloadpacket.__name__ == "nms"
+    return getattr(func, "namespace", "aten") == "torchvision" and func.overloadpacket.__name__ == "nms"
 
 
 def known_number(t: Any) -> int | float | bool | None:
