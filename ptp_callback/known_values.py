@@ -39,7 +39,7 @@ or bounding ones, stated here:
   proposal filters keep nearly all in training, its samplers then draw their fixed counts (512
   regions, 256 anchors per image), and NMS is followed by a fixed top-N, so two-stage detectors
   trace with their real training sizes; a mask or keypoint head is run on every sampled region,
-  not only the positive ones (an over-prediction). The trace lists these ops in its notes.
+  not only the positive ones (an over-prediction). The trace warns, listing these ops.
 """
 
 from __future__ import annotations

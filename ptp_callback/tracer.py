@@ -80,6 +80,7 @@ _LOCAL_SCALAR = torch.ops.aten._local_scalar_dense.default
 _RANDOM_DRAWS = frozenset(getattr(torch.ops.aten.rand, name) for name in ("default", "generator")
                           if hasattr(torch.ops.aten.rand, name))
 _UNIFORM = torch.ops.aten.uniform_.default
+_LARGEST = "sizes decided by the model's own numbers taken at their largest"
 _TOPK = torch.ops.aten.topk.default
 _MAX_DIM = torch.ops.aten.max.dim
 _ONE_PICK = (torch.ops.aten.argmax.default, _MAX_DIM)
@@ -664,6 +665,10 @@ def trace_step(
     # Warned here, once, with the whole step's counts: not by each shortened or failed trace.
     if traced.unknown_ops_note:
         warnings.warn(f"ptp: {traced.unknown_ops_note}", TraceWarning, stacklevel=2)
+    for note in traced.mappings:
+        if note.startswith(_LARGEST):
+            warnings.warn(f"ptp: {note}; a step that keeps fewer runs faster than predicted", TraceWarning,
+                          stacklevel=2)
     return traced
 
 
@@ -760,8 +765,7 @@ def _trace(
     hazards = tuple(dict.fromkeys(h for h in (eps_underflow(c) for c in copies) if h))
     if isinstance(mode, ValuedFakeTensorMode) and mode.taken_largest:
         listed = ", ".join(f"{name} x{n}" for name, n in sorted(mode.taken_largest.items()))
-        mappings.append(f"sizes decided by the model's own numbers taken at their largest (every element "
-                        f"kept): {listed}")
+        mappings.append(f"{_LARGEST} (every element kept): {listed}")
     return Trace(
         ops=recorder.ops,
         precision=spec,

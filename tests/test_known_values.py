@@ -231,8 +231,9 @@ class Proposals(nn.Module):
 
 def test_sizes_the_models_numbers_decide_are_taken_at_their_largest_and_said_so():
     boxes = torch.tensor([[10.0, 20.0, 100.0, 120.0], [50.0, 60.0, 200.0, 220.0]])
-    trace = trace_step(Proposals(), (torch.randn(32, 16), boxes), lambda m, b: m(*b), None, "bf16-mixed",
-                       target_type="cuda", trace_on="cpu")
+    with pytest.warns(UserWarning, match=r"taken at their largest \(every element kept\): aten\.nonzero"):
+        trace = trace_step(Proposals(), (torch.randn(32, 16), boxes), lambda m, b: m(*b), None, "bf16-mixed",
+                           target_type="cuda", trace_on="cpu")
     head = [op for op in trace.ops
             if op.phase == "forward" and op.cost.op_class == "gemm" and op.module.endswith("head")]
     assert [op.cost.gemm[1] for op in head] == [32]  # every proposal kept
@@ -266,8 +267,9 @@ def test_torchvision_detection_models_trace_with_nms_as_a_host_sync(name, runs_n
     model = torchvision.models.get_model(name, weights=None, weights_backbone=None, num_classes=3)
     images = [torch.rand(3, 320, 320) for _ in range(2)]
     targets = [{"boxes": torch.tensor([[10.0, 20.0, 100.0, 120.0]]), "labels": torch.tensor([1])} for _ in range(2)]
-    trace = trace_step(model, (images, targets), lambda m, b: sum(m(*b).values()), None, "bf16-mixed",
-                       target_type="cuda", trace_on="cpu")
+    with pytest.warns(UserWarning, match="taken at their largest"):  # and no unknown op
+        trace = trace_step(model, (images, targets), lambda m, b: sum(m(*b).values()), None, "bf16-mixed",
+                           target_type="cuda", trace_on="cpu")
     assert not trace.unknown_ops
     names = [op.name for op in trace.ops]
     nms = [i for i, n in enumerate(names) if n == "torchvision.nms.default"]
