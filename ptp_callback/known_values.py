@@ -2,8 +2,7 @@
 
 Some training steps read values, not only shapes: a CTC loss checks ``labels.max()`` and keeps the
 valid labels with ``masked_select``; wav2vec 2.0's SpecAugment draws a time mask with NumPy and
-indexes the hidden states with it; Longformer-style models ask whether any token attends
-globally. A fake tensor has no values, so such a step could not be traced and the callback fell
+indexes the hidden states with it; LED asks whether any token attends globally. A fake tensor has no values, so such a step could not be traced and the callback fell
 back to measured timing.
 
 On the CPU proxy the batch's integer and boolean tensors (token ids, labels, masks, lengths) keep
@@ -12,9 +11,10 @@ their values, and so do integer and boolean tensors the step makes from host dat
 has a value ("constant propagation"); here that holds for integer results of up to
 :data:`VALUE_LIMIT` elements, not only for single numbers. So a length, a mask or an index that
 depends on the batch alone is known, and a size it decides is exact. Of floating-point tensors
-only small ones from the batch or from host data keep their values (up to
-:data:`FLOAT_VALUE_LIMIT` elements: a detection batch's boxes and keypoints, normalization
-constants), so a detector's check of its target boxes and their rescaling are known; no
+the batch's small ones keep their values (up to :data:`FLOAT_VALUE_LIMIT` elements: a detection
+batch's boxes and keypoints), so a detector's check of its target boxes and their rescaling are
+known, and so do those computed from values alone (an attention mask turned into
+``(1 - mask) * finfo.min``, as LED does before asking whether any token attends globally); no
 activation, weight or gradient is ever computed. An op whose output would exceed the limit (a
 4-D mask of a long padded batch) runs on the fake tensors without its inputs' values, as before,
 and is not computed for real. An op whose output memory is uninitialized (``new_empty`` of a
@@ -76,7 +76,10 @@ class ValuedFakeTensorMode(FakeTensorMode):
         self.taken_largest: dict[str, int] = {}
 
     def may_turn_const(self, t: torch.Tensor) -> bool:
-        return super().may_turn_const(t) or (not self.is_our_fake(t) and t.device.type == "cpu" and carries_value(t))
+        # Outputs of ops whose inputs all had values (and host data): masks built from the batch's
+        # attention mask are floats (``(1 - mask) * finfo.min``), kept up to the integer limit.
+        return super().may_turn_const(t) or (not self.is_our_fake(t) and t.device.type == "cpu"
+                                             and not t.is_complex() and not t.is_sparse and t.numel() <= VALUE_LIMIT)
 
     def _dispatch_impl(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
         if func in _SIZED_BY_VALUES or is_nms(func):

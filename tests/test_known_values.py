@@ -274,3 +274,19 @@ def test_torchvision_detection_models_trace_with_nms_as_a_host_sync(name, runs_n
     names = [op.name for op in trace.ops]
     nms = [i for i, n in enumerate(names) if n == "torchvision.nms.default"]
     assert bool(nms) == runs_nms and all(names[i + 1] == "ptp.sync" for i in nms)
+
+
+def test_a_float_mask_built_from_the_batchs_attention_mask_keeps_its_values():
+    transformers = pytest.importorskip("transformers")
+    if not hasattr(transformers, "LEDConfig"):
+        pytest.skip("this transformers has no LED")
+    # LED turns the mask into (1 - mask) * finfo.min, then reads `(mask > 0).any().item()`
+    config = transformers.LEDConfig(vocab_size=100, d_model=32, encoder_layers=1, decoder_layers=1,
+                                    encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64,
+                                    decoder_ffn_dim=64, attention_window=[16], max_encoder_position_embeddings=256,
+                                    max_decoder_position_embeddings=64)
+    ids = torch.randint(3, 100, (2, 64))
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids[:, :16]}
+    trace = trace_step(transformers.LEDForConditionalGeneration(config), batch, lambda m, b: m(**b).loss, None,
+                       "bf16-mixed", target_type="cuda", trace_on="cpu")
+    assert trace.ops and not trace.unknown_ops
