@@ -13,9 +13,11 @@ has a value ("constant propagation"); here that holds for integer results of up 
 depends on the batch alone is known, and a size it decides is exact. Of floating-point tensors
 the batch's small ones keep their values (up to :data:`FLOAT_VALUE_LIMIT` elements: a detection
 batch's boxes and keypoints), so a detector's check of its target boxes and their rescaling are
-known, and so do those computed from values alone (an attention mask turned into
-``(1 - mask) * finfo.min``, as LED does before asking whether any token attends globally); no
-activation, weight or gradient is ever computed. An op whose output would exceed the limit (a
+known, and so do those computed from values alone or filled with them, up to the integer limit
+(an attention mask turned into ``(1 - mask) * finfo.min`` or ``where(mask, 0.0, finfo.min)``, as
+LED and Longformer build before asking whether any token attends globally; JetMoE's expert counts,
+scattered into float zeros). An op without values that writes into such a tensor takes its values
+away; no activation, weight or gradient is ever computed. An op whose output would exceed the limit (a
 4-D mask of a long padded batch) runs on the fake tensors without its inputs' values, as before,
 and is not computed for real. An op whose output memory is uninitialized (``new_empty`` of a
 valued tensor, which ``index``'s meta kernel starts with) never carries values.
@@ -59,6 +61,11 @@ VALUE_LIMIT = 1 << 22  # elements: 32 MB of int64, a few milliseconds of real wo
 FLOAT_VALUE_LIMIT = 4096
 
 
+def _small(t: torch.Tensor) -> bool:
+    """A tensor computed from values alone (or filled) that is small enough to keep them."""
+    return not t.is_complex() and not t.is_sparse and t.numel() <= VALUE_LIMIT
+
+
 def carries_value(t: torch.Tensor) -> bool:
     """An integer or boolean tensor, or a small floating-point one, whose values the trace keeps."""
     if t.is_complex() or t.is_sparse:
@@ -76,10 +83,9 @@ class ValuedFakeTensorMode(FakeTensorMode):
         self.taken_largest: dict[str, int] = {}
 
     def may_turn_const(self, t: torch.Tensor) -> bool:
-        # Outputs of ops whose inputs all had values (and host data): masks built from the batch's
+        # Outputs of ops whose inputs all had values, and host data: masks built from the batch's
         # attention mask are floats (``(1 - mask) * finfo.min``), kept up to the integer limit.
-        return super().may_turn_const(t) or (not self.is_our_fake(t) and t.device.type == "cpu"
-                                             and not t.is_complex() and not t.is_sparse and t.numel() <= VALUE_LIMIT)
+        return super().may_turn_const(t) or (not self.is_our_fake(t) and t.device.type == "cpu" and _small(t))
 
     def _dispatch_impl(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
         if func in _SIZED_BY_VALUES or is_nms(func):
@@ -101,7 +107,7 @@ class ValuedFakeTensorMode(FakeTensorMode):
             # uninitialized memory (the meta kernel of ``index`` starts with one), never a value.
             out.constant = None
         if func in _FILLS and isinstance(out, FakeTensor) and out.constant is None and self._keeps_values(out):
-            # An integer tensor filled with known values (``one_hot`` starts from zeros): keep them.
+            # A tensor filled with known values (``one_hot`` starts from zeros): keep them.
             with unset_fake_temporarily():
                 real = tree_map(lambda v: torch.zeros(v.shape, dtype=v.dtype) if isinstance(v, FakeTensor) else v, args)
                 options = {k: v for k, v in kwargs.items() if k not in ("device", "pin_memory")}
@@ -109,9 +115,9 @@ class ValuedFakeTensorMode(FakeTensorMode):
         return out
 
     def _keeps_values(self, t: FakeTensor) -> bool:
-        """Whether a filled fake output may carry values (an integer CPU tensor, small): a float
-        fill is an activation's buffer (``zeros_like(hidden)``), which never carries values."""
-        return t.fake_device.type == "cpu" and not t.is_floating_point() and carries_value(t)
+        """Whether a filled fake output may carry values (a mask's fill values, a router's count
+        buffer): its fill stays its value until an op without values writes into it."""
+        return t.fake_device.type == "cpu" and _small(t)
 
 
 _aten = torch.ops.aten

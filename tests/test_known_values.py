@@ -276,17 +276,36 @@ def test_torchvision_detection_models_trace_with_nms_as_a_host_sync(name, runs_n
     assert bool(nms) == runs_nms and all(names[i + 1] == "ptp.sync" for i in nms)
 
 
-def test_a_float_mask_built_from_the_batchs_attention_mask_keeps_its_values():
+def _led(transformers):
+    return transformers.LEDForConditionalGeneration(transformers.LEDConfig(
+        vocab_size=100, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, attention_window=[16],
+        max_encoder_position_embeddings=256, max_decoder_position_embeddings=64))
+
+
+def _longformer(transformers):
+    return transformers.LongformerForMaskedLM(transformers.LongformerConfig(
+        vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+        attention_window=[16], max_position_embeddings=256))
+
+
+def _jetmoe(transformers):
+    return transformers.JetMoeForCausalLM(transformers.JetMoeConfig(
+        vocab_size=100, hidden_size=32, num_hidden_layers=1, num_key_value_heads=2, kv_channels=16,
+        intermediate_size=64, num_local_experts=4, num_experts_per_tok=2))
+
+
+# LED and Longformer turn the attention mask into (1 - mask) * finfo.min or where(mask, 0, min),
+# then read `(mask > 0).any().item()`; JetMoE scatters its routing into float zeros and reads the
+# counts with `.tolist()`.
+@pytest.mark.parametrize("make, seq2seq", [(_led, True), (_longformer, False), (_jetmoe, False)])
+def test_float_values_computed_from_the_batch_or_filled_keep_them(make, seq2seq):
     transformers = pytest.importorskip("transformers")
-    if not hasattr(transformers, "LEDConfig"):
-        pytest.skip("this transformers has no LED")
-    # LED turns the mask into (1 - mask) * finfo.min, then reads `(mask > 0).any().item()`
-    config = transformers.LEDConfig(vocab_size=100, d_model=32, encoder_layers=1, decoder_layers=1,
-                                    encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64,
-                                    decoder_ffn_dim=64, attention_window=[16], max_encoder_position_embeddings=256,
-                                    max_decoder_position_embeddings=64)
+    try:
+        model = make(transformers)
+    except AttributeError:
+        pytest.skip("this transformers lacks the model")
     ids = torch.randint(3, 100, (2, 64))
-    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids[:, :16]}
-    trace = trace_step(transformers.LEDForConditionalGeneration(config), batch, lambda m, b: m(**b).loss, None,
-                       "bf16-mixed", target_type="cuda", trace_on="cpu")
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids[:, :16] if seq2seq else ids}
+    trace = trace_step(model, batch, lambda m, b: m(**b).loss, None, "bf16-mixed", target_type="cuda", trace_on="cpu")
     assert trace.ops and not trace.unknown_ops
