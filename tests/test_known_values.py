@@ -133,13 +133,17 @@ class LoopedExperts(nn.Module):
         return out.sum()
 
 
-def test_a_routers_choice_is_spread_evenly_so_a_loop_over_experts_traces_with_balanced_sizes():
-    trace = trace_step(LoopedExperts(), (torch.randn(32, 16),), lambda m, b: m(*b), None, "bf16-mixed",
+def expert_gemms(model: nn.Module) -> list:
+    """The forward GEMMs of the model's experts, traced for CUDA on 32 tokens."""
+    trace = trace_step(model, (torch.randn(32, 16),), lambda m, b: m(*b), None, "bf16-mixed",
                        target_type="cuda", trace_on="cpu")
-    expert_gemms = [op for op in trace.ops if op.phase == "forward" and op.cost.op_class == "gemm"
-                    and ".experts." in op.module]
+    return [op for op in trace.ops if op.phase == "forward" and op.cost.op_class == "gemm" and ".experts." in op.module]
+
+
+def test_a_routers_choice_is_spread_evenly_so_a_loop_over_experts_traces_with_balanced_sizes():
+    gemms = expert_gemms(LoopedExperts())
     # 32 tokens x 2 choices over 4 experts: each expert multiplies 16 tokens
-    assert len(expert_gemms) == 4 and {op.cost.gemm[1] for op in expert_gemms} == {16}
+    assert len(gemms) == 4 and {op.cost.gemm[1] for op in gemms} == {16}
 
 
 def test_spread_indices_give_every_choice_the_same_share_and_each_row_distinct_picks():
@@ -151,7 +155,6 @@ def test_spread_indices_give_every_choice_the_same_share_and_each_row_distinct_p
     picks = indices.constant.transpose(1, 2).reshape(-1, 3)
     assert all(len(set(row.tolist())) == 3 for row in picks)
     assert torch.bincount(picks.flatten(), minlength=6).tolist() == [10] * 6
-
 
 
 class Top1Experts(nn.Module):
@@ -173,13 +176,10 @@ class Top1Experts(nn.Module):
 
 
 def test_a_top1_routers_argmax_is_spread_evenly_and_a_formatted_expert_index_names_its_expert():
-    trace = trace_step(Top1Experts(), (torch.randn(32, 16),), lambda m, b: m(*b), None, "bf16-mixed",
-                       target_type="cuda", trace_on="cpu")
-    expert_gemms = [op for op in trace.ops if op.phase == "forward" and op.cost.op_class == "gemm"
-                    and ".experts." in op.module]
+    gemms = expert_gemms(Top1Experts())
     # 32 tokens over 4 experts, one each: every expert multiplies 8 tokens
-    assert len(expert_gemms) == 4 and {op.cost.gemm[1] for op in expert_gemms} == {8}
-    assert {op.module.split(".experts.")[1].split(".")[0] for op in expert_gemms} == {f"expert_{e}" for e in range(4)}
+    assert len(gemms) == 4 and {op.cost.gemm[1] for op in gemms} == {8}
+    assert {op.module.split(".experts.")[1].split(".")[0] for op in gemms} == {f"expert_{e}" for e in range(4)}
 
 
 def test_one_pick_per_row_is_spread_over_the_choices_in_turn():
