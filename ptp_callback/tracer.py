@@ -791,6 +791,9 @@ def _why(exc: Exception) -> str:
     if isinstance(exc, DynamicOutputShapeException):
         return (" -- this op's output size depends on the values of its inputs (packed sequences, lengths, "
                 "unique values), which a trace on fake tensors does not have")
+    if "out of bounds" in str(exc):
+        return (" -- an index the batch holds is out of range (labels beyond the model's classes, token ids "
+                "beyond its vocabulary): the step fails the same way on a GPU")
     if "at::autocast::prioritize" in str(exc):
         return (" -- autocast met fp16 and bf16 tensors in one op (a cuDNN LSTM/GRU returns fp16 under any "
                 "autocast): the step fails the same way on a GPU under this precision; 16-mixed, or casting "

@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ptp_callback import known_values, predict_step, trace_step
+from ptp_callback import TraceError, known_values, predict_step, trace_step
 
 VOCAB, FRAMES, BATCH, LONGEST = 12, 50, 4, 9
 
@@ -309,3 +309,10 @@ def test_float_values_computed_from_the_batch_or_filled_keep_them(make, seq2seq)
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids[:, :16] if seq2seq else ids}
     trace = trace_step(model, batch, lambda m, b: m(**b).loss, None, "bf16-mixed", target_type="cuda", trace_on="cpu")
     assert trace.ops and not trace.unknown_ops
+
+
+def test_labels_beyond_the_models_classes_fail_the_trace_as_they_fail_on_a_gpu():
+    labels = torch.tensor([0, 1, 7, 2])  # 7 of 3 classes
+    with pytest.raises(TraceError, match="out of range .* fails the same way on a GPU"):
+        trace_step(nn.Linear(16, 3), (torch.randn(4, 16), labels), lambda m, b: F.cross_entropy(m(b[0]), b[1]),
+                   None, "32-true", target_type="cuda", trace_on="cpu")
