@@ -2,8 +2,8 @@
 
 Some training steps read values, not only shapes: a CTC loss checks ``labels.max()`` and keeps the
 valid labels with ``masked_select``; wav2vec 2.0's SpecAugment draws a time mask with NumPy and
-indexes the hidden states with it; LED asks whether any token attends globally. A fake tensor has no values, so such a step could not be traced and the callback fell
-back to measured timing.
+indexes the hidden states with it; LED asks whether any token attends globally. A fake tensor
+has no values, so such a step could not be traced and the callback fell back to measured timing.
 
 On the CPU proxy the batch's integer and boolean tensors (token ids, labels, masks, lengths) keep
 their values, and so do integer and boolean tensors the step makes from host data
@@ -16,8 +16,10 @@ batch's boxes and keypoints), so a detector's check of its target boxes and thei
 known, and so do those computed from values alone or filled with them, up to the integer limit
 (an attention mask turned into ``(1 - mask) * finfo.min`` or ``where(mask, 0.0, finfo.min)``, as
 LED and Longformer build before asking whether any token attends globally; JetMoE's expert counts,
-scattered into float zeros). An op without values that writes into such a tensor takes its values
-away; no activation, weight or gradient is ever computed. An op whose output would exceed the limit (a
+scattered into ``torch.zeros``). A float fill shaped like another tensor (``zeros_like``: an
+optimizer's state, an activation's buffer) never carries values. An op without values that
+writes into a valued tensor takes its values away; no activation, weight or gradient is ever
+computed. An op whose output would exceed the limit (a
 4-D mask of a long padded batch) runs on the fake tensors without its inputs' values, as before,
 and is not computed for real. An op whose output memory is uninitialized (``new_empty`` of a
 valued tensor, which ``index``'s meta kernel starts with) never carries values.
@@ -106,7 +108,7 @@ class ValuedFakeTensorMode(FakeTensorMode):
             # Constant propagation ran ``new_empty`` of a valued tensor for real: its "value" is
             # uninitialized memory (the meta kernel of ``index`` starts with one), never a value.
             out.constant = None
-        if func in _FILLS and isinstance(out, FakeTensor) and out.constant is None and self._keeps_values(out):
+        if func in _FILLS and isinstance(out, FakeTensor) and out.constant is None and self._keeps_values(func, out):
             # A tensor filled with known values (``one_hot`` starts from zeros): keep them.
             with unset_fake_temporarily():
                 real = tree_map(lambda v: torch.zeros(v.shape, dtype=v.dtype) if isinstance(v, FakeTensor) else v, args)
@@ -114,10 +116,14 @@ class ValuedFakeTensorMode(FakeTensorMode):
                 out.constant = func(*real, **options).to(out.dtype)
         return out
 
-    def _keeps_values(self, t: FakeTensor) -> bool:
+    def _keeps_values(self, func: Any, t: FakeTensor) -> bool:
         """Whether a filled fake output may carry values (a mask's fill values, a router's count
-        buffer): its fill stays its value until an op without values writes into it."""
-        return t.fake_device.type == "cpu" and _small(t)
+        buffer): its fill stays its value until an op without values writes into it. Never a float
+        fill shaped like another tensor (an optimizer's ``zeros_like(param)`` state, an activation's
+        buffer): no real allocation the size of the model's state."""
+        if t.fake_device.type != "cpu" or (t.is_floating_point() and func in _SHAPED_LIKE):
+            return False
+        return _small(t)
 
 
 _aten = torch.ops.aten
@@ -129,6 +135,10 @@ _FILLS = frozenset(op for op in (
 ))
 
 
+_SHAPED_LIKE = frozenset(op for op in (
+    _aten.zeros_like.default, _aten.ones_like.default, _aten.full_like.default, _aten.new_zeros.default,
+    _aten.new_ones.default, _aten.new_full.default,
+))
 # Ops whose output size the values of their input decide (torchvision's ``nms`` too: ``is_nms``).
 _SIZED_BY_VALUES = frozenset((_aten.nonzero.default, _aten.masked_select.default))
 # Ops whose output memory is left uninitialized.

@@ -311,8 +311,12 @@ def test_float_values_computed_from_the_batch_or_filled_keep_them(make, seq2seq)
     assert trace.ops and not trace.unknown_ops
 
 
-def test_labels_beyond_the_models_classes_fail_the_trace_as_they_fail_on_a_gpu():
+def test_a_batch_index_out_of_range_fails_the_trace_as_it_fails_on_a_gpu():
+    def step(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        weights = torch.tensor([1.0, 2.0, 0.5])[batch[1]]  # per-class weights looked up by label
+        return (F.cross_entropy(model(batch[0]), batch[1], reduction="none") * weights).mean()
+
     labels = torch.tensor([0, 1, 7, 2])  # 7 of 3 classes
     with pytest.raises(TraceError, match="out of range .* fails the same way on a GPU"):
-        trace_step(nn.Linear(16, 3), (torch.randn(4, 16), labels), lambda m, b: F.cross_entropy(m(b[0]), b[1]),
-                   None, "32-true", target_type="cuda", trace_on="cpu")
+        trace_step(nn.Linear(16, 3), (torch.randn(4, 16), labels), step, None, "32-true",
+                   target_type="cuda", trace_on="cpu")
