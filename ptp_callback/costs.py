@@ -78,7 +78,10 @@ _CLASS_BY_NAME: dict[str, str] = {
                      "huber_loss_backward", "binary_cross_entropy", "binary_cross_entropy_backward",
                      "multi_margin_loss", "multi_margin_loss_backward", "multilabel_margin_loss_forward",
                      "multilabel_margin_loss_backward", "kthvalue", "median", "nanmedian", "mode", "cummax",
-                     "cummin", "logcumsumexp", "_cdist_forward", "_cdist_backward", "trace"), "reduction"),
+                     "cummin", "logcumsumexp", "_cdist_forward", "_cdist_backward", "trace",
+                     # batched small triangular solves: the chunks of linear attention (Qwen3-Next's
+                     # gated delta rule), bound by their bytes
+                     "linalg_solve_triangular"), "reduction"),
     **dict.fromkeys(("max_pool2d_with_indices", "max_pool2d_with_indices_backward", "max_pool2d",
                      "max_pool3d_with_indices", "max_pool3d_with_indices_backward",
                      "avg_pool2d", "avg_pool2d_backward", "avg_pool3d", "avg_pool3d_backward",
