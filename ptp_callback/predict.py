@@ -157,6 +157,6 @@ def simulate(
         precision=trace.precision.label,
         trace_s=trace.trace_s,
         kernel_s=kernel_times,
-        notes=tuple(trace.mappings) + warnings,
+        notes=tuple(trace.mappings) + ((trace.taken_largest_note,) if trace.taken_largest_note else ()) + warnings,
         warnings=warnings,
     )

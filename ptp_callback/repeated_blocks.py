@@ -140,10 +140,13 @@ def trace_repeated(model: torch.nn.Module, trace: Callable[[], Trace]) -> Trace 
     if ops is None:
         return None
     copies = run.length - 1
-    unknown = {k: one.unknown_ops.get(k, 0) + copies * (two.unknown_ops.get(k, 0) - one.unknown_ops.get(k, 0))
-               for k in two.unknown_ops}
+
+    def counts(one_deep: dict[str, int], two_deep: dict[str, int]) -> dict[str, int]:
+        return {k: one_deep.get(k, 0) + copies * (two_deep.get(k, 0) - one_deep.get(k, 0)) for k in two_deep}
+
     return dataclasses.replace(
-        two, ops=ops, trace_s=time.perf_counter() - started, unknown_ops=unknown,
+        two, ops=ops, trace_s=time.perf_counter() - started, unknown_ops=counts(one.unknown_ops, two.unknown_ops),
+        taken_largest=counts(one.taken_largest, two.taken_largest),
         optimizer_state_bytes=one.optimizer_state_bytes + copies * (two.optimizer_state_bytes - one.optimizer_state_bytes),
         mappings=(*two.mappings, f"{run.length} identical blocks from {run.path} on: traced 1 and 2 deep, the rest extrapolated"))
 

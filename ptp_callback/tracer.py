@@ -25,10 +25,13 @@ would run:
   ``found_inf.item()`` recorded as a sync point.
 
 On every device, Hugging Face's attention-mask shortcuts, which read tensor values, are answered
-from the real batch (``mask_checks.py``). On the CPU proxy integer and boolean tensors of the
-batch keep their values, and a router's top-k choice and LayerDrop's random draw get typical ones
-(``known_values.py``), so steps that read them (CTC losses, SpecAugment, experts run one by one)
-trace; mixture-of-experts grouped GEMMs are recorded as CUDA runs them (``grouped_gemm.py``).
+from the real batch (``mask_checks.py``). On the CPU proxy the batch's integer, boolean and
+small floating-point tensors keep their values, a router's choice and a one-element random draw
+get typical ones, and sizes the model's own numbers decide are taken at their largest
+(``known_values.py``), so steps that read them (CTC losses, SpecAugment, experts run one by one,
+detectors) trace; mixture-of-experts grouped GEMMs are recorded as CUDA runs them
+(``grouped_gemm.py``); a submodule converted inside the step keeps its converted fake
+parameters (``module_conversion.py``).
 
 >>> import torch
 >>> trace = trace_step(torch.nn.Linear(8, 4), (torch.randn(2, 8),), lambda m, b: m(*b).sum())
@@ -80,7 +83,6 @@ _LOCAL_SCALAR = torch.ops.aten._local_scalar_dense.default
 _RANDOM_DRAWS = frozenset(getattr(torch.ops.aten.rand, name) for name in ("default", "generator")
                           if hasattr(torch.ops.aten.rand, name))
 _UNIFORM = torch.ops.aten.uniform_.default
-_LARGEST = "sizes decided by the model's own numbers taken at their largest"
 _TOPK = torch.ops.aten.topk.default
 _MAX_DIM = torch.ops.aten.max.dim
 _ONE_PICK = (torch.ops.aten.argmax.default, _MAX_DIM)
@@ -163,6 +165,9 @@ class Trace:
     unknown_ops: dict[str, int] = field(default_factory=dict)
     # Settings this step cannot train with (an optimizer eps its parameters' dtype rounds to 0).
     hazards: tuple[str, ...] = ()
+    # Ops sized by values the trace does not have, taken at their largest (``known_values.py``),
+    # with their count: warned about.
+    taken_largest: dict[str, int] = field(default_factory=dict)
 
     @property
     def unknown_ops_note(self) -> str | None:
@@ -173,6 +178,14 @@ class Trace:
         listed = ", ".join(f"{name} x{n}" for name, n in sorted(self.unknown_ops.items(), key=lambda kv: -kv[1]))
         return (f"the cost model has no rule for {len(self.unknown_ops)} op(s) making {count} of {len(self.ops)} "
                 f"recorded ops ({100.0 * count / max(1, len(self.ops)):.1f}%), priced by the bytes they move: {listed}")
+
+    @property
+    def taken_largest_note(self) -> str | None:
+        """One sentence on the ops whose sizes were taken at their largest, or ``None``."""
+        if not self.taken_largest:
+            return None
+        listed = ", ".join(f"{name} x{n}" for name, n in sorted(self.taken_largest.items()))
+        return f"sizes decided by the model's own numbers taken at their largest (every element kept): {listed}"
 
     @property
     def proxy(self) -> bool:
@@ -665,10 +678,9 @@ def trace_step(
     # Warned here, once, with the whole step's counts: not by each shortened or failed trace.
     if traced.unknown_ops_note:
         warnings.warn(f"ptp: {traced.unknown_ops_note}", TraceWarning, stacklevel=2)
-    for note in traced.mappings:
-        if note.startswith(_LARGEST):
-            warnings.warn(f"ptp: {note}; a step that keeps fewer runs faster than predicted", TraceWarning,
-                          stacklevel=2)
+    if traced.taken_largest_note:
+        warnings.warn(f"ptp: {traced.taken_largest_note}; a step that keeps fewer runs faster than predicted",
+                      TraceWarning, stacklevel=2)
     return traced
 
 
@@ -763,9 +775,6 @@ def _trace(
             ) from exc
 
     hazards = tuple(dict.fromkeys(h for h in (eps_underflow(c) for c in copies) if h))
-    if isinstance(mode, ValuedFakeTensorMode) and mode.taken_largest:
-        listed = ", ".join(f"{name} x{n}" for name, n in sorted(mode.taken_largest.items()))
-        mappings.append(f"{_LARGEST} (every element kept): {listed}")
     return Trace(
         ops=recorder.ops,
         precision=spec,
@@ -777,6 +786,7 @@ def _trace(
         optimizer_name="+".join(type(c).__name__ for c in copies),
         optimizer_state_bytes=sum(_state_bytes(c) for c in copies),
         unknown_ops=dict(recorder.unknown),
+        taken_largest=dict(mode.taken_largest) if isinstance(mode, ValuedFakeTensorMode) else {},
         hazards=hazards,
     )
 

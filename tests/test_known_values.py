@@ -237,7 +237,7 @@ def test_sizes_the_models_numbers_decide_are_taken_at_their_largest_and_said_so(
     head = [op for op in trace.ops
             if op.phase == "forward" and op.cost.op_class == "gemm" and op.module.endswith("head")]
     assert [op.cost.gemm[1] for op in head] == [32]  # every proposal kept
-    assert any("taken at their largest" in note and "aten.nonzero" in note for note in trace.mappings)
+    assert "aten.nonzero.default" in trace.taken_largest and "taken at their largest" in trace.taken_largest_note
 
 
 def test_a_random_index_into_a_valued_tensor_carries_no_values():
@@ -256,7 +256,7 @@ def test_a_masked_select_by_a_valued_mask_is_sized_exactly_and_not_called_an_ass
                        target_type="cuda", trace_on="cpu")
     selected = next(op for op in trace.ops if op.name == "aten.masked_select.default")
     assert selected.out_shapes == ((32,),)  # 2 rows x 16
-    assert not any("taken at their largest" in note for note in trace.mappings)
+    assert not trace.taken_largest and trace.taken_largest_note is None
 
 
 # SSD trains without NMS (hard negative mining sorts the losses instead)

@@ -198,3 +198,21 @@ def test_ops_without_a_rule_are_counted_and_warned_once_for_the_whole_stack():
     with pytest.warns(UserWarning, match="making 9 of"):
         pred = predict_step(model, batch(), ce_step, None, "32-true", "h100-sxm", trace_on="cpu")
     assert full.unknown_ops_note in pred.warnings
+
+
+class SelectingBlock(Block):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kept = torch.where(x[:, 0] > 0)[0]  # rows decided by the model's numbers: taken at their largest
+        return super().forward(x).index_add(0, kept, x[kept])
+
+
+def test_sizes_taken_at_their_largest_are_counted_for_the_whole_stack():
+    model = Stack(depth=9)
+    model.blocks = nn.ModuleList(SelectingBlock(64, i) for i in range(9))
+    with pytest.warns(UserWarning, match="taken at their largest"):
+        quick = trace_step(model, batch(), ce_step, None, "32-true", target_type="cuda", trace_on="cpu")
+    with pytest.warns(UserWarning, match="taken at their largest"):
+        full = trace_step(model, batch(), ce_step, None, "32-true", target_type="cuda", trace_on="cpu",
+                          extrapolate_repeats=False)
+    assert shortened(quick)
+    assert quick.taken_largest == full.taken_largest == {"aten.nonzero.default": 9}
