@@ -8,9 +8,9 @@ has no values, so such a step could not be traced and the callback fell back to 
 On the CPU proxy the batch's integer and boolean tensors (token ids, labels, masks, lengths) keep
 their values, and so do integer and boolean tensors the step makes from host data
 (``torch.tensor(numpy_mask)``). ``FakeTensorMode`` already runs an op for real when every input
-has a value ("constant propagation"); here that holds for integer results of up to
-:data:`VALUE_LIMIT` elements, not only for single numbers. So a length, a mask or an index that
-depends on the batch alone is known, and a size it decides is exact. Of floating-point tensors
+has a value ("constant propagation"); here that holds for results of up to :data:`VALUE_LIMIT`
+elements, not only for single numbers. So a length, a mask or an index that depends on the batch
+alone is known, and a size it decides is exact. Of floating-point tensors
 the batch's small ones keep their values (up to :data:`FLOAT_VALUE_LIMIT` elements: a detection
 batch's boxes and keypoints), so a detector's check of its target boxes and their rescaling are
 known, and so do those computed from values alone or filled with them, up to the integer limit
@@ -19,10 +19,10 @@ LED and Longformer build before asking whether any token attends globally; JetMo
 scattered into ``torch.zeros``). A float fill shaped like another tensor (``zeros_like``: an
 optimizer's state, an activation's buffer) never carries values. An op without values that
 writes into a valued tensor takes its values away; no activation, weight or gradient is ever
-computed. An op whose output would exceed the limit (a
-4-D mask of a long padded batch) runs on the fake tensors without its inputs' values, as before,
-and is not computed for real. An op whose output memory is uninitialized (``new_empty`` of a
-valued tensor, which ``index``'s meta kernel starts with) never carries values.
+computed. An op whose output would exceed the limit (a 4-D mask of a long padded batch) runs on
+the fake tensors without its inputs' values, as before, and is not computed for real. An op
+whose output memory is uninitialized (``new_empty`` of a valued tensor, which ``index``'s meta
+kernel starts with) never carries values.
 
 Values that come from the model's own numbers cannot be known, so three kinds are given typical
 or bounding ones, stated here:
@@ -55,6 +55,8 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake_temporarily
 from torch.utils._pytree import tree_leaves, tree_map
 
+from .meta_dispatch import as_meta
+
 VALUE_LIMIT = 1 << 22  # elements: 32 MB of int64, a few milliseconds of real work per op
 
 
@@ -69,16 +71,15 @@ def _small(t: torch.Tensor) -> bool:
 
 
 def carries_value(t: torch.Tensor) -> bool:
-    """An integer or boolean tensor, or a small floating-point one, whose values the trace keeps."""
-    if t.is_complex() or t.is_sparse:
-        return False
-    return t.numel() <= (FLOAT_VALUE_LIMIT if t.is_floating_point() else VALUE_LIMIT)
+    """A batch or host tensor whose values the trace keeps: integer or boolean, or a small
+    floating-point one."""
+    return _small(t) and (not t.is_floating_point() or t.numel() <= FLOAT_VALUE_LIMIT)
 
 
 class ValuedFakeTensorMode(FakeTensorMode):
-    """``FakeTensorMode`` whose integer and boolean tensors of up to :data:`VALUE_LIMIT` elements,
-    and floating-point ones of up to :data:`FLOAT_VALUE_LIMIT`, keep their values; ops sized by
-    values it does not have are taken at their largest, counted in ``taken_largest`` (see module doc)."""
+    """``FakeTensorMode`` whose tensors keep their values as the module doc says (the batch's within
+    :func:`carries_value`, results and fills up to :data:`VALUE_LIMIT` elements); ops sized by values
+    it does not have are taken at their largest, counted in ``taken_largest``."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -151,25 +152,25 @@ _UNINITIALIZED = frozenset(op for op in (
 def _too_big(func: Any, args: Any, kwargs: Any) -> bool:
     """Whether the op's outputs would hold more than :data:`VALUE_LIMIT` elements (its meta kernel's
     shapes; an op the meta kernel cannot size, such as ``nonzero``, is bounded by its inputs)."""
-    def meta(v: Any) -> Any:
-        if not isinstance(v, FakeTensor):
-            return v
-        return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
-
     try:
         with unset_fake_temporarily():
-            out = func(*tree_map(meta, args), **tree_map(meta, kwargs))
+            out = func(*tree_map(as_meta, args), **tree_map(as_meta, kwargs))
     except Exception:  # noqa: BLE001 - data-dependent shapes: bounded by the (small) inputs
         return False
     return sum(t.numel() for t in tree_leaves(out) if isinstance(t, torch.Tensor)) > VALUE_LIMIT
 
 
 def _without_value(mode: FakeTensorMode, t: FakeTensor) -> FakeTensor:
-    if t.constant is None:
-        return t
+    return t if t.constant is None else _value_less(mode, t.shape, t.dtype, t.fake_device, t.stride())
+
+
+def _value_less(mode: FakeTensorMode, shape: Any, dtype: torch.dtype, device: torch.device,
+                stride: Any = None) -> FakeTensor:
+    """A fake tensor without values, made from a meta tensor outside the fake mode."""
     with unset_fake_temporarily():
-        meta = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
-    return mode.fake_tensor_converter.from_meta_and_device(mode, meta, t.fake_device)
+        meta = (torch.empty(shape, dtype=dtype, device="meta") if stride is None
+                else torch.empty_strided(shape, stride, dtype=dtype, device="meta"))
+    return mode.fake_tensor_converter.from_meta_and_device(mode, meta, device)
 
 
 def valued_fake(mode: FakeTensorMode, t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor | None:
@@ -201,12 +202,8 @@ def sized_by_values(func: Any, args: tuple, kwargs: dict) -> Any:
     log_probs = args[1] if func in _CTC_BACKWARD else args[0]
     if not isinstance(log_probs, FakeTensor):
         return NotImplemented
-    mode, device = log_probs.fake_mode, log_probs.fake_device
-
     def fake(shape: tuple[int, ...]) -> FakeTensor:
-        with unset_fake_temporarily():
-            meta = torch.empty(shape, dtype=log_probs.dtype, device="meta")
-        return mode.fake_tensor_converter.from_meta_and_device(mode, meta, device)
+        return _value_less(log_probs.fake_mode, shape, log_probs.dtype, log_probs.fake_device)
 
     if func in _CTC_BACKWARD:
         return fake(tuple(log_probs.shape))
@@ -232,8 +229,7 @@ def sized_without_values(mode: FakeTensorMode, func: Any, args: tuple, kwargs: d
         known = isinstance(mask, FakeTensor) and mask.constant is not None
         with unset_fake_temporarily():
             size = int(mask.constant.expand(shape).sum()) if known else math.prod(shape)
-            meta = torch.empty((size,), dtype=first.dtype, device="meta")
-        return mode.fake_tensor_converter.from_meta_and_device(mode, meta, first.fake_device), not known
+        return _value_less(mode, (size,), first.dtype, first.fake_device), not known
     if func is _aten.nonzero.default:
         with unset_fake_temporarily():
             kept = torch.ones(first.shape, dtype=torch.bool).nonzero()

@@ -76,7 +76,7 @@ class MetaShortcut:
         layouts = self._outputs.get(key)
         if layouts is None:
             with unset_fake_temporarily():
-                out = func(*tree_map(_as_meta, args), **tree_map(_as_meta, kwargs))
+                out = func(*tree_map(as_meta, args), **tree_map(as_meta, kwargs))
             layouts = tree_map(_layout, out)
             self._outputs[key] = layouts
         mode = fakes[0].fake_mode
@@ -90,7 +90,8 @@ def _signature(value: Any) -> Signature:
                              else t for t in leaves))
 
 
-def _as_meta(value: Any) -> Any:
+def as_meta(value: Any) -> Any:
+    """A tensor's meta twin (shape, strides, dtype); anything else as it is."""
     if not isinstance(value, torch.Tensor):
         return value
     return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="meta")
