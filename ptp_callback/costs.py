@@ -14,7 +14,8 @@ Op classes:
 ``conv``        dense, pointwise (1x1) and grouped convolutions and their backward
 ``conv_dw``     depthwise convolutions: little math per byte, memory-bound
 ``attention``   fused scaled-dot-product attention, forward and backward (``attention.py``)
-``recurrent``   cuDNN LSTM/GRU/RNN calls, forward and backward (``recurrent.py``)
+``recurrent``   cuDNN LSTM/GRU/RNN calls, forward and backward (``recurrent.py``), and a CPU's
+                oneDNN LSTM layers (``mkldnn_rnn_layer``: one call per layer and direction)
 ``norm``        layer/group/RMS norm and their backward
 ``batch_norm``  batch norm run by cuDNN (CUDA's choice for fp32, and fp16 input with fp32 weights)
 ``batch_norm_native`` batch norm run by PyTorch's own kernels (bf16, or fp16 weights), slower
@@ -90,6 +91,7 @@ _CLASS_BY_NAME: dict[str, str] = {
                      "_adaptive_avg_pool3d_backward", "adaptive_max_pool3d", "adaptive_max_pool3d_backward",
                      "max_unpool2d", "max_unpool3d", "fractional_max_pool2d", "fractional_max_pool2d_backward",
                      "fractional_max_pool3d", "fractional_max_pool3d_backward"), "pool"),
+    **dict.fromkeys(("mkldnn_rnn_layer", "mkldnn_rnn_layer_backward"), "recurrent"),
     **dict.fromkeys(("embedding", "embedding_dense_backward", "embedding_backward",
                      "_embedding_bag", "_embedding_bag_backward"), "embedding"),
     **dict.fromkeys(("_fused_adamw_", "_fused_adam_", "_fused_sgd_", "_fused_adagrad_"), "optimizer"),
@@ -517,6 +519,23 @@ def _nchw_bytes(args: tuple, outputs: list[torch.Tensor]) -> float:
                      if isinstance(t, torch.Tensor) and t.dim() == 4 and t.shape[1] > 1))
 
 
+def _onednn_rnn_dims(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[int, ...]:
+    """``(gates, 1, 1, batch, seq, input, hidden, 0)`` of one oneDNN RNN layer call, as
+    :class:`~ptp_callback.recurrent.RnnCall` holds a cuDNN call's (one layer, one direction each);
+    () when the arguments are not the expected ones. PyTorch runs ``nn.LSTM`` this way on CPUs with
+    native bf16 support (AVX-512 BF16, AMX), forward and backward: each call is a whole layer."""
+    data, w_ih, _w_hh, _b_ih, _b_hh, hx = (tuple(args) + (None,) * 6)[:6]
+    hidden = int(_arg(func, args, kwargs, "hidden_size", 0) or 0)
+    tensors = (data, w_ih, hx)
+    if not all(isinstance(t, torch.Tensor) for t in tensors) or data.dim() != 3 or hx.dim() < 2 or hidden <= 0:
+        return ()
+    # The input is (seq, batch, input) whatever ``batch_first`` says (PyTorch transposes it before
+    # the call); the hidden state is (batch, hidden).
+    batch = int(hx.shape[-2])
+    seq = data.numel() // max(1, batch * int(data.shape[-1]))
+    return (max(1, int(w_ih.shape[0]) // hidden), 1, 1, batch, int(seq), int(data.shape[-1]), hidden, 0)
+
+
 def _norm_rows(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[int, ...]:
     """``(rows, row width)`` a layer/group norm kernel normalizes (one row per reduction)."""
     name = func.overloadpacket.__name__
@@ -677,6 +696,11 @@ def describe_op(
                 dims += (math.prod(x.shape[2:]),)
     elif op_class == "norm":
         dims = _norm_rows(func, args, kwargs)
+    elif op_class == "recurrent":
+        dims = _onednn_rnn_dims(func, args, kwargs)
+        if dims:
+            gates, _layers, _dirs, batch, seq, width, hidden, _proj = dims
+            flops = 2.0 * batch * seq * gates * hidden * (width + hidden) * (2 if "backward" in name else 1)
     elif op_class is None:
         op_class = "elementwise"
         source = target = None

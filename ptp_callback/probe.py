@@ -379,6 +379,13 @@ def cpu_coefficients(result: ProbeResult) -> CostCoefficients:
         host_call_s={},
         host_class_s={},
         compute_eff={"conv_dw": 0.2},
+        # oneDNN's LSTM layers: a fixed cost per time step in small ops of this host, beyond the
+        # step's GEMMs (measured on a 2-thread Xeon with AMX: fp32 ~2 us, bf16 14 us forward and
+        # 17 us backward, where the bf16 backward's GEMMs also ran at 1.6x their time).
+        recurrent={"cpu_step_s": result.small_op_s, "cpu_step_s:fwd:bf16": 7 * result.small_op_s,
+                   "cpu_step_s:bwd:bf16": 8 * result.small_op_s, "cpu_step_s:fwd:fp16": 7 * result.small_op_s,
+                   "cpu_step_s:bwd:fp16": 8 * result.small_op_s, "cpu_gemm_scale:bwd:bf16": 1.6,
+                   "cpu_gemm_scale:bwd:fp16": 1.6},
         source=f"CPU probe: {result.device_name}",
         extra={**base.extra, "host_scale": 1.0, "gemm_model": "roofline", "gemm_half_rate_dim": half_dim,
                "synchronous": True, "host_speed": host_speed(result.small_op_s, base), "cache_bytes": 4e6,

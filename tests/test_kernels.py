@@ -429,3 +429,34 @@ def test_a_cast_to_a_smaller_dtype_streams_at_its_own_rate():
     op = OpRecord("aten._to_copy.default", "forward", "", down)
     assert kernel_seconds(op, TOY, coef) == pytest.approx(6 * 2**20 / 0.9e12)
     assert kernel_seconds(replace(op, cost=up), TOY, coef) == pytest.approx(6 * 2**20 / 0.6e12)
+
+
+def test_a_cpus_onednn_lstm_layer_is_priced_as_its_gemms_and_steps():
+    """CPUs with native bf16 run ``nn.LSTM`` as one oneDNN op per layer (``mkldnn_rnn_layer``), which
+    was classed as a pointwise op without FLOPs: a 2-layer LSTM language model's CPU step was
+    predicted at 14 ms and measured at 60 ms."""
+    from ptp_callback.probe import ProbeResult, cpu_coefficients, cpu_spec
+
+    # A toy CPU: 1 TFLOP/s fp32 at large sizes, half that with a 64-wide side (half-rate at 64).
+    probed = ProbeResult("toy cpu", torch.__version__, 2, {"fp32": {"64x1024x1024": 0.5, "512": 1.0}}, 50.0,
+                         2e-6, 4e-6, 0.1, 100.0)
+    device, coef = cpu_spec(probed), cpu_coefficients(probed)
+    batch, seq, inp, hidden = 32, 64, 128, 256
+    with FakeTensorMode():
+        # As nn.LSTM(batch_first=True) calls it: the input already transposed to (seq, batch, input).
+        x, hx, cx = torch.randn(seq, batch, inp), torch.randn(batch, hidden), torch.randn(batch, hidden)
+        w_ih, w_hh, b = torch.randn(4 * hidden, inp), torch.randn(4 * hidden, hidden), torch.randn(4 * hidden)
+        args = (x, w_ih, w_hh, b, b, hx, cx, False, [], 2, hidden, 1, True, False, True, True)
+        func = torch.ops.aten.mkldnn_rnn_layer.default
+        cost = describe_op(func, args, {}, func(*args), matmul_tf32=False, conv_tf32=False, phase="forward")
+    assert (cost.op_class, cost.dims) == ("recurrent", (4, 1, 1, batch, seq, inp, hidden, 0))
+    assert cost.flops == 2.0 * batch * seq * 4 * hidden * (inp + hidden)
+
+    def gemm(m: int, n: int, k: int) -> float:
+        smallest = min(m, n, k)
+        return 2.0 * m * n * k / (1e12 * smallest / (smallest + 64))
+
+    # The input projection over all steps, then one recurrent GEMM and one small op per step.
+    expected = gemm(batch * seq, 4 * hidden, inp) + seq * (gemm(batch, 4 * hidden, hidden) + 2e-6)
+    op = OpRecord(str(func), "forward", "", cost)
+    assert math.isclose(kernel_seconds(op, device, coef), expected, rel_tol=1e-9)
