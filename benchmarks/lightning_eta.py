@@ -8,7 +8,8 @@ processes, validation every epoch, several epochs -- each about 20-40 s on 2 CPU
 * ``mlp``: an MLP, 32-true, 3 epochs, validation each epoch, a checkpoint each epoch;
 * ``cnn``: a convnet with batch norm, 32-true, 3 epochs, the same;
 * ``gpt_acc``: a tiny GPT-2, 32-true, gradient accumulation 2, validation twice an epoch
-  (so the checkpoint follows each validation), persistent workers, 2 epochs.
+  (so the checkpoint follows each validation), persistent workers, 2 epochs;
+* ``lstm``: a 2-layer LSTM language model, 32-true, validation twice an epoch, 2 epochs.
 
 Each round runs every fit three times: once with the callback and the TQDM bar, recording at every
 training batch's end what the bar shows (the callback's ETA as last refreshed, once a second),
@@ -106,6 +107,31 @@ class TinyGPT(L.LightningModule):
         return torch.optim.AdamW(self.parameters(), lr=3e-4)
 
 
+class LSTMLM(L.LightningModule):
+    """A 2-layer LSTM language model: next-token cross-entropy over 64 tokens."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed, self.head = nn.Embedding(1000, 128), nn.Linear(256, 1000)
+        self.rnn = nn.LSTM(128, 256, num_layers=2, batch_first=True)
+
+    def _loss(self, batch):
+        (x,) = batch
+        hidden, _ = self.rnn(self.embed(x[:, :-1]))
+        return F.cross_entropy(self.head(hidden).flatten(0, 1), x[:, 1:].flatten())
+
+    def training_step(self, batch, batch_idx):
+        loss = self._loss(batch)
+        self.log("loss", loss, prog_bar=True)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val_loss", self._loss(batch), prog_bar=True)
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=1e-3)
+
+
 @dataclass(frozen=True)
 class Fit:
     name: str
@@ -122,6 +148,8 @@ def _tensors(kind: str, n: int, generator: torch.Generator) -> TensorDataset:
     if kind == "cnn":
         return TensorDataset(torch.randn(n, 3, 32, 32, generator=generator),
                              torch.randint(0, 10, (n,), generator=generator))
+    if kind == "lstm":
+        return TensorDataset(torch.randint(0, 1000, (n, 65), generator=generator))
     return TensorDataset(torch.randint(0, 1000, (n, 64), generator=generator))
 
 
@@ -138,6 +166,7 @@ FITS = [
     Fit("gpt_acc", TinyGPT, _data("gpt", 6_400, 320), 16,
         dict(precision="32-true", max_epochs=2, accumulate_grad_batches=2, val_check_interval=0.5),
         dict(persistent_workers=True)),
+    Fit("lstm", LSTMLM, _data("lstm", 3_200, 320), 32, dict(precision="32-true", max_epochs=2, val_check_interval=0.5)),
 ]
 
 
