@@ -12,7 +12,8 @@ Lightning fits on an H100 host with default checkpointing, a progress bar and 4 
    model and batch, ``benchmarks/data/workloads.py``) traced here and predicted for ``h100-sxm`` at the
    recorded precision, and the H100 host's costs (loop per batch, loader start, device-to-host
    copy and save rate, teardown) fitted on the *other* workloads' fits only (``--in-sample`` uses
-   every fit);
+   every fit; their saves' rate per byte only where their checkpoints are not all far smaller than
+   this fit's, :data:`EXTRAPOLATION_LIMIT`);
 3. the recorded events are fed to :class:`~ptp_callback.forecast.RunForecaster` with their recorded
    times (no GPU needed), and at 5/10/25/50/75/90% of the fit's duration its remaining time is
    compared with the true remaining time, beside the naive extrapolation
@@ -270,9 +271,17 @@ def replaces_previous(rec: dict) -> bool:
 HOST_BOUND_STEP_S = 0.02
 
 
-def fit_host(records: list[dict], base: HostCosts = H100_HOST) -> HostCosts:
+# A line through the saves of checkpoints at most this many times smaller than the one to predict
+# is not extrapolated to it: their seconds are mostly fixed costs and noise (140 MB saves of 0.3 s
+# on one machine and 1.0 s on another), and a slope through them put a 1.5 GB save at 10.7 s that
+# took 4.1 s. The reference host's rate per byte is kept, with a fixed cost fitted to them.
+EXTRAPOLATION_LIMIT = 4.0
+
+
+def fit_host(records: list[dict], base: HostCosts = H100_HOST, *, save_bytes: float | None = None) -> HostCosts:
     """Host costs fitted on recorded fits: medians and least squares of a fixed cost plus bytes
-    over a rate, per kind of work (see ``Observed``)."""
+    over a rate, per kind of work (see ``Observed``). ``save_bytes``: the checkpoint the costs
+    will predict the saves of (see :data:`EXTRAPOLATION_LIMIT`)."""
     engines = [engine(r["workload"], r["precision"]) for r in records]
     obs = [observe(r, e) for r, e in zip(records, engines)]
     # The loop's own time per batch shows only in host-bound fits: in a 100 ms step, a few percent
@@ -289,6 +298,9 @@ def fit_host(records: list[dict], base: HostCosts = H100_HOST) -> HostCosts:
     end_fixed, copy_per_byte = _line([e for o in obs for e in o.ends], base.end_s, 1.0 / base.copy_bytes_per_s)
     saves = [s for o in obs for s in o.saves]
     fixed, per_byte = _line(saves, base.save_fixed_s, copy_per_byte + 1.0 / base.write_bytes_per_s)
+    if saves and save_bytes and EXTRAPOLATION_LIMIT * max(b for b, _ in saves) < save_bytes:
+        per_byte = copy_per_byte + 1.0 / base.write_bytes_per_s
+        fixed = statistics.median(s - b * per_byte for b, s in saves)
     write_per_byte = per_byte - copy_per_byte
     removes = [s / b for o in obs for b, s in o.removes]
     remove_per_byte = statistics.median(removes) if removes else 1.0 / base.remove_bytes_per_s
@@ -420,7 +432,8 @@ def main(argv: list[str] | None = None) -> int:
         plan = None
         if not args.no_plan:
             others = records if args.in_sample else [r for r in records if r["workload"] != rec["workload"]]
-            plan = plan_for(rec, fit_host(others) if others else H100_HOST)
+            bytes_saved = engine(rec["workload"], rec["precision"]).checkpoint_bytes
+            plan = plan_for(rec, fit_host(others, save_bytes=bytes_saved) if others else H100_HOST)
         result = replay(rec, plan)
         dense += [(abs(m), abs(n)) for _f, m, n in replay(rec, plan, DENSE).points if m is not None and n is not None]
         cells = []
