@@ -204,7 +204,8 @@ def conv_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> fl
             splits = _SPLITS[-1] if part == "wgrad" else 1
             body += max(wave_seconds(*gemm, cost.dtype, device, coef, scale, splits), nbytes / conv_bandwidth)
     else:
-        scale = pick(coef.conv_eff, ("conv", kind, "fwd", family), 0.8)
+        # A CPU's convolution kernels (oneDNN) have an efficiency per family and direction.
+        scale = pick(coef.conv_eff, ("conv", kind, direction if _cpu_rooflines(coef) else "fwd", family), 0.8)
         compute = cost.flops / (peak_flops(device, cost.dtype) * pick(coef.gemm_eff, ("gemm", family), 0.7) * scale)
         body = max(compute, cost.bytes / conv_bandwidth)
     passes_of_layout = pick(coef.extra, ("conv_layout_passes", kind, direction, family), 1.0)

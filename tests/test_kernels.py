@@ -460,3 +460,30 @@ def test_a_cpus_onednn_lstm_layer_is_priced_as_its_gemms_and_steps():
     expected = gemm(batch * seq, 4 * hidden, inp) + seq * (gemm(batch, 4 * hidden, hidden) + 2e-6)
     op = OpRecord(str(func), "forward", "", cost)
     assert math.isclose(kernel_seconds(op, device, coef), expected, rel_tol=1e-9)
+
+
+def test_a_cpus_convolutions_cost_their_call_and_run_at_their_familys_share_of_the_gemm_rate():
+    """oneDNN's convolutions on a 2-thread Xeon: dense ones at the probed GEMM peak, 1x1 ones at a
+    third of it, and each call about 60 us (28 small ops of that host) whatever its size; the CPU
+    model had 0.6 of peak for all and no cost per call (48 random convolutions: 46% median error)."""
+    from ptp_callback.probe import ProbeResult, cpu_coefficients, cpu_spec
+
+    probed = ProbeResult("toy cpu", torch.__version__, 2, {"fp32": {"64x1024x1024": 0.5, "512": 1.0}}, 50.0,
+                         2e-6, 4e-6, 0.1, 100.0)
+    device, coef = cpu_spec(probed), cpu_coefficients(probed)
+
+    def forward_seconds(n: int, c_in: int, c_out: int, hw: int, k: int) -> tuple[float, float]:
+        with FakeTensorMode():
+            x, w = torch.randn(n, c_in, hw, hw), torch.randn(c_out, c_in, k, k)
+            func = torch.ops.aten.convolution.default
+            args = (x, w, None, [1, 1], [k // 2] * 2, [1, 1], False, [0, 0], 1)
+            cost = describe_op(func, args, {}, func(*args), matmul_tf32=False, conv_tf32=False, phase="forward")
+        return kernel_seconds(OpRecord(str(func), "forward", "", cost), device, coef), cost.flops
+
+    call = 28 * 2e-6
+    dense, dense_flops = forward_seconds(32, 256, 256, 28, 3)
+    assert math.isclose(dense, dense_flops / 1e12 + call, rel_tol=1e-9)
+    pointwise, pointwise_flops = forward_seconds(32, 256, 256, 28, 1)
+    assert math.isclose(pointwise, pointwise_flops / 0.35e12 + call, rel_tol=1e-9)
+    tiny, _ = forward_seconds(8, 16, 16, 4, 3)
+    assert call <= tiny < 1.1 * call
