@@ -341,9 +341,15 @@ def cpu_spec(result: ProbeResult) -> DeviceSpec:
 
 # A CPU convolution's compute efficiency per kernel family and direction (of the probed GEMM peak):
 # dense ones run near it, 1x1 and grouped ones well below.
+# In bf16 (of the probed bf16 peak, AMX's on the Xeon they were measured on: 16 random convolutions)
+# far lower: 0.36 dense forward, 0.22 backward, 1x1 ones 0.05-0.07.
 CPU_CONV_EFF = {"conv:dense:fwd": 1.0, "conv:dense_3x3:fwd": 1.0, "conv:dense:bwd": 0.85, "conv:dense_3x3:bwd": 0.85,
                 "conv:pointwise": 0.35, "conv:strided_pointwise": 0.35, "conv:grouped:fwd": 0.25,
-                "conv:grouped:bwd": 0.3}
+                "conv:grouped:bwd": 0.3,
+                **{f"conv:{family}:{direction}:bf16": eff for family in ("dense", "dense_3x3")
+                   for direction, eff in (("fwd", 0.36), ("bwd", 0.22))},
+                **{f"conv:{family}:{direction}:bf16": eff for family in ("pointwise", "strided_pointwise")
+                   for direction, eff in (("fwd", 0.05), ("bwd", 0.07))}}
 _CONV_FAMILIES = ("dense", "dense_3x3", "pointwise", "strided_pointwise", "grouped")
 
 
