@@ -314,9 +314,9 @@ def cpu_recurrent_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficien
     """A recurrent layer on a probed CPU (oneDNN's LSTM): per layer and direction, the input
     projection over all steps as one GEMM, then each step's recurrent GEMM at the CPU's GEMM rate
     for its shapes, plus a fixed cost per step (``coef.recurrent["cpu_step_s"]``, by direction and
-    dtype); backward the data- and weight-gradient GEMMs of both. On a 2-thread Xeon (AMX) this was
-    within 20% of 22 measured fp32 LSTMs (median; 1-3 layers, batch 4-128, hidden 64-1024); the
-    bf16 backward ran at 1.6x its GEMMs' bf16 rate (``cpu_gemm_scale``)."""
+    dtype); backward the data- and weight-gradient GEMMs of both. On a 2-thread Xeon (AMX), over 22
+    LSTMs (1-3 layers, batch 4-128, hidden 64-1024) timed alone, the median error was 20% forward
+    and 29% backward in fp32; the bf16 backward ran at 1.6x its GEMMs' bf16 rate (``cpu_gemm_scale``)."""
     gates, layers, dirs, batch, seq, inp, hidden, proj = cost.dims
     width, recurrent = gates * hidden, proj or hidden
     direction = "bwd" if cost.backward else "fwd"
