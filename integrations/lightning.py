@@ -262,7 +262,7 @@ class PrecisionTimeCallback(Callback):
             return
         now = self.clock()
         forecaster.fit_end(now)
-        actual = now - (forecaster.t0 or now)
+        actual = forecaster.elapsed_s(now)  # a resumed fit's earlier runs included, as in its predictions
         self.summary = "ptp: " + report_line(forecaster.initial_parts, forecaster.parts(now), actual,
                                              forecaster.before_step_one_s)
         _print(trainer, self.summary)

@@ -20,6 +20,7 @@ from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 from torch.utils.data import DataLoader, TensorDataset
 
 from ptp_callback import PrecisionTimeCallback
+from ptp_callback.display import format_duration
 from ptp_callback.notices import PtpWarning
 
 CLOCK = re.compile(r"\d{1,2}:\d{2}(:\d{2})?")
@@ -219,6 +220,10 @@ def test_resume_keeps_calibration_and_counts_only_what_is_left(tmp_path):
     assert probe.remaining == pytest.approx(30 * measured + 2 * restored["epoch"] + end, rel=1e-6)
     assert second.forecaster.elapsed_before_s > 0  # the first run's time came back with the checkpoint
     assert t2.global_step == 50
+    # The report compares the prediction with the fit it predicted: the first run's time included
+    # (it had compared a prediction of both runs with the second run alone: +23% for a right one).
+    whole = second.forecaster.elapsed_s(float("inf"))
+    assert second.summary.startswith(f"ptp: fit took {format_duration(whole)}, predicted before step one")
 
 
 class DataDependent(Tiny):
