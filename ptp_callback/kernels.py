@@ -362,10 +362,23 @@ def element_seconds(op: OpRecord, coef: CostCoefficients) -> float:
 
 
 def kernel_seconds(op: OpRecord, device: DeviceSpec, coef: CostCoefficients) -> float:
-    """Device time of one op's kernels (0 for host-only ops)."""
-    cost = op.cost
-    if cost.kernels == 0:
+    """Device time of one op's kernels (0 for host-only ops), with, on a CPU, the first touch of the
+    large outputs it allocates (:func:`first_touch_seconds`)."""
+    if op.cost.kernels == 0:
         return 0.0
+    return _kernel_seconds(op, device, coef) + first_touch_seconds(op.cost, coef)
+
+
+def first_touch_seconds(cost: OpCost, coef: CostCoefficients) -> float:
+    """A CPU op's newly allocated large outputs (``cost.fresh_bytes``) cost the operating system's
+    mapping and zeroing of their pages when first written: the probe's time per byte of a fresh
+    64 MB tensor beyond one it already held (``coef.extra["fresh_byte_s"]``, 0 on a GPU, whose
+    caching allocator keeps its memory)."""
+    return cost.fresh_bytes * coef.extra.get("fresh_byte_s", 0.0)
+
+
+def _kernel_seconds(op: OpRecord, device: DeviceSpec, coef: CostCoefficients) -> float:
+    cost = op.cost
     floor = coef.kernel_floor_s * cost.kernels
     if cost.op_class == "gemm" and cost.gemm is not None:
         return floor + gemm_seconds(cost, device, coef)

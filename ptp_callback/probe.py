@@ -36,7 +36,9 @@ class ProbeResult:
     """Measured rates of one device: ``gemm_tflops[dtype][size]``, copy GB/s (read + written),
     host seconds per small op issued from Python, and per op of a tiny forward+backward; on a CPU,
     ``element_s``: seconds per element of the ops it computes slower than it moves their bytes
-    (random numbers, transcendental functions; :func:`element_ops`)."""
+    (random numbers, transcendental functions; :func:`element_ops`), and ``fault_s_per_byte``
+    what writing a freshly allocated large tensor costs per byte beyond writing one it holds (the
+    operating system maps and zeroes its pages: :func:`_fault_seconds_per_byte`)."""
 
     device_name: str
     torch_version: str
@@ -48,6 +50,7 @@ class ProbeResult:
     probe_s: float
     cache_copy_gbps: float = 0.0
     element_s: dict[str, float] = field(default_factory=dict)
+    fault_s_per_byte: float = 0.0
 
 
 def _device_name(device: torch.device) -> str:
@@ -68,7 +71,8 @@ def _device_name(device: torch.device) -> str:
 def _cache_path(device: torch.device) -> str:
     root = os.environ.get("PTP_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "ptp_callback")
     # v3: fp32 GEMM rates timed at full matmul precision; older caches may hold bf16 or TF32 rates.
-    key = hashlib.sha1(f"{_device_name(device)}|{torch.__version__}|v3".encode()).hexdigest()[:16]
+    # v4: the first-touch cost of fresh allocations, which older caches lack.
+    key = hashlib.sha1(f"{_device_name(device)}|{torch.__version__}|v4".encode()).hexdigest()[:16]
     return os.path.join(root, f"probe-{device.type}-{key}.json")
 
 
@@ -169,11 +173,26 @@ def _measure(device: torch.device) -> ProbeResult:
 
     autograd_op_s = _timed(tiny_step, device, 3) / (50 * 6)
     element_s = {}
+    fault_s_per_byte = 0.0
     if device.type == "cpu":
         n = _ELEMENTS
         element_s = {name: _timed(fn, device, 3) / n for name, fn in element_ops(n, device).items()}
+        fault_s_per_byte = _fault_seconds_per_byte(device)
     return ProbeResult(_device_name(device), torch.__version__, torch.get_num_threads(), gemm, copy_gbps,
-                       small_op_s, autograd_op_s, time.perf_counter() - started, cache_copy_gbps, element_s)
+                       small_op_s, autograd_op_s, time.perf_counter() - started, cache_copy_gbps, element_s,
+                       fault_s_per_byte)
+
+
+def _fault_seconds_per_byte(device: torch.device) -> float:
+    """Seconds per byte that filling a new 64 MB tensor takes beyond filling one already held: the
+    operating system mapping and zeroing its pages on first touch (0.18 ns a byte on a 2-thread
+    Xeon, where the fill itself took 0.05). 64 MB is above every mmap threshold of glibc's, so
+    each new one is mapped afresh."""
+    n = 16 * 2**20
+    held = torch.empty(n, device=device)
+    fresh_s = _timed(lambda: torch.empty(n, device=device).fill_(1.0), device, 3)
+    held_s = _timed(lambda: held.fill_(1.0), device, 3)
+    return max(0.0, fresh_s - held_s) / (4 * n)
 
 
 # 64K fp32 elements (256 KB): in the caches, so the time is the op's arithmetic, not its bytes.
@@ -311,7 +330,8 @@ def at_speed(result: ProbeResult, speed: float) -> ProbeResult:
                                         for k, rates in result.gemm_tflops.items()},
                    copy_gbps=result.copy_gbps * speed, cache_copy_gbps=result.cache_copy_gbps * speed,
                    small_op_s=result.small_op_s / speed, autograd_op_s=result.autograd_op_s / speed,
-                   element_s={name: s / speed for name, s in result.element_s.items()})
+                   element_s={name: s / speed for name, s in result.element_s.items()},
+                   fault_s_per_byte=result.fault_s_per_byte / speed)
 
 
 def _best_of(old: ProbeResult, new: ProbeResult) -> ProbeResult:
@@ -322,7 +342,9 @@ def _best_of(old: ProbeResult, new: ProbeResult) -> ProbeResult:
                    cache_copy_gbps=max(old.cache_copy_gbps, new.cache_copy_gbps),
                    small_op_s=min(old.small_op_s, new.small_op_s),
                    autograd_op_s=min(old.autograd_op_s, new.autograd_op_s),
-                   element_s={name: min(s, old.element_s.get(name, s)) for name, s in new.element_s.items()})
+                   element_s={name: min(s, old.element_s.get(name, s)) for name, s in new.element_s.items()},
+                   fault_s_per_byte=min(old.fault_s_per_byte, new.fault_s_per_byte) if old.fault_s_per_byte
+                   else new.fault_s_per_byte)
 
 
 def _best_rate(result: ProbeResult, dtype: str) -> float:
@@ -409,6 +431,7 @@ def cpu_coefficients(result: ProbeResult) -> CostCoefficients:
         source=f"CPU probe: {result.device_name}",
         extra={**base.extra, "host_scale": 1.0, "gemm_model": "roofline", "gemm_half_rate_dim": half_dim,
                "synchronous": True, "host_speed": host_speed(result.small_op_s, base), "cache_bytes": 4e6,
+               "fresh_byte_s": result.fault_s_per_byte,
                "cache_bw_gbs": max(result.cache_copy_gbps, result.copy_gbps),
                "element_s": {**{alias: result.element_s[name] for alias, name in ELEMENT_ALIASES.items()
                                 if name in result.element_s}, **result.element_s}},
