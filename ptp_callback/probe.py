@@ -186,7 +186,7 @@ def _measure(device: torch.device) -> ProbeResult:
 def _fault_seconds_per_byte(device: torch.device) -> float:
     """Seconds per byte that filling a new 64 MB tensor takes beyond filling one already held: the
     operating system mapping and zeroing its pages on first touch (0.18 ns a byte on a 2-thread
-    Xeon, where the fill itself took 0.05). 64 MB is above every mmap threshold of glibc's, so
+    Xeon, where the fill itself took 0.03). 64 MB is above every mmap threshold of glibc's, so
     each new one is mapped afresh."""
     n = 16 * 2**20
     held = torch.empty(n, device=device)

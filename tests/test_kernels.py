@@ -491,7 +491,7 @@ def test_a_cpus_convolutions_cost_their_call_and_run_at_their_familys_share_of_t
 
 def test_a_cpu_op_pays_the_probed_first_touch_of_outputs_the_allocator_maps_afresh():
     """glibc maps every allocation over 32 MiB afresh, and the first write to its pages costs the
-    operating system's mapping and zeroing: 0.17 ns a byte on a 2-thread Xeon, 3.5x the fill itself
+    operating system's mapping and zeroing: 0.17 ns a byte on a 2-thread Xeon, 6x the fill itself
     (a GPT-2-sized vocabulary's logits). Smaller outputs reuse memory the step freed."""
     from ptp_callback.probe import ProbeResult, cpu_coefficients, cpu_spec
 
