@@ -192,6 +192,8 @@ def _probe(args: argparse.Namespace) -> int:
                                              else f"{n} {r * 1e3:.1f} GFLOP/s" for n, r in rates.items()))
     if result.element_s:
         print("  ns per element: " + ", ".join(f"{name} {s * 1e9:.2f}" for name, s in result.element_s.items()))
+    if result.fault_s_per_byte:
+        print(f"  first touch of a new large tensor: {result.fault_s_per_byte * 1e9:.2f} ns per byte")
     return 0
 
 
