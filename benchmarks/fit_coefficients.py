@@ -45,6 +45,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from op_data import Measurement  # noqa: E402
 
 from ptp_callback.coefficients import CostCoefficients  # noqa: E402
+from ptp_callback.costs import CONV_FAMILIES  # noqa: E402
 from ptp_callback.devices import get_device  # noqa: E402
 from ptp_callback.kernels import kernel_seconds  # noqa: E402
 from ptp_callback.predict import host_seconds, simulate, step_host_seconds  # noqa: E402
@@ -54,7 +55,6 @@ Param = tuple[str, str | None, float, float]  # (coefficient table, key or None 
 
 _DT = ("fp32", "tf32", "bf16", "fp16")
 _HALF = ("bf16", "fp16")
-_CONV_FAMILIES = ("dense", "dense_3x3", "pointwise", "strided_pointwise", "grouped")
 
 # Stage 1: which parameters each group of op rows fits.
 OP_PARAMS: dict[str, list[Param]] = {
@@ -75,13 +75,13 @@ OP_PARAMS: dict[str, list[Param]] = {
         ("mem_eff", "gemm", 0.3, 1.0), ("host_class_s", "gemm", 0.0, 40e-6),
     ],
     "conv": [
-        *[("conv_eff", f"conv:{fam}:{p}:{d}", 0.05, 1.5) for fam in _CONV_FAMILIES
+        *[("conv_eff", f"conv:{fam}:{p}:{d}", 0.05, 1.5) for fam in CONV_FAMILIES
           for p in ("fwd", "dgrad", "wgrad") for d in ("tf32", "bf16", "fp16")],
-        *[("extra", f"conv_layout_passes:{fam}:{p}:{d}", 0.0, 4.0) for fam in _CONV_FAMILIES
+        *[("extra", f"conv_layout_passes:{fam}:{p}:{d}", 0.0, 4.0) for fam in CONV_FAMILIES
           for p in ("fwd", "bwd") for d in ("tf32", "bf16", "fp16") if fam != "pointwise" or d != "tf32"],
-        *[("mem_eff", f"conv:{fam}:{p}", 0.05, 1.0) for fam in _CONV_FAMILIES
+        *[("mem_eff", f"conv:{fam}:{p}", 0.05, 1.0) for fam in CONV_FAMILIES
           for p in ("fwd", "bwd")],
-        *[("latency_s", f"conv:{fam}:{p}", 0.0, 300e-6) for fam in _CONV_FAMILIES
+        *[("latency_s", f"conv:{fam}:{p}", 0.0, 300e-6) for fam in CONV_FAMILIES
           for p in ("fwd", "bwd")],
         ("latency_s", "conv:grouped:per_group", 0.0, 50e-6),
         *[("compute_eff", f"conv_dw:{p}:{d}", 0.002, 1.0) for p in ("fwd", "bwd") for d in ("fp32", "bf16", "fp16")],

@@ -438,6 +438,10 @@ def _conv_dims(func: torch._ops.OpOverload, args: tuple, kwargs: dict, out: list
         return ()
 
 
+# The kernel families :func:`conv_family` names for convolutions that are not depthwise.
+CONV_FAMILIES: tuple[str, ...] = ("dense", "dense_3x3", "pointwise", "strided_pointwise", "grouped")
+
+
 def conv_family(dims: tuple[int, ...]) -> str:
     """The kernel family cuDNN runs a convolution with.
 
@@ -527,6 +531,25 @@ def _nchw_bytes(args: tuple, outputs: list[torch.Tensor]) -> float:
     # With one channel, NCHW and NHWC are the same layout: nothing to convert.
     return float(sum(2 * t.numel() * t.element_size() for t in list(args[:2]) + outputs
                      if isinstance(t, torch.Tensor) and t.dim() == 4 and t.shape[1] > 1))
+
+
+def rnn_layer_inputs(dims: tuple[int, ...]) -> list[int]:
+    """Input width of each layer of an RNN call of ``dims`` (see :func:`rnn_flops`): the first takes
+    the input, the others the layer below (both directions, projected where an LSTM projects)."""
+    _gates, layers, dirs, _batch, _seq, inp, hidden, proj = dims
+    return [inp] + [dirs * (proj or hidden)] * (layers - 1)
+
+
+def rnn_flops(dims: tuple[int, ...], backward: bool) -> float:
+    """FLOPs of an RNN call of ``dims = (gates, layers, directions, batch, seq, input, hidden, proj)``:
+    per layer, direction and step, gates x hidden outputs of (input + recurrent) multiply-adds, plus
+    an LSTM's projection; backward twice that (data and weight gradients)."""
+    gates, layers, dirs, batch, seq, _inp, hidden, proj = dims
+    recurrent = proj or hidden
+    forward = sum(2.0 * batch * seq * gates * hidden * (width + recurrent) * dirs for width in rnn_layer_inputs(dims))
+    if proj:
+        forward += 2.0 * batch * seq * hidden * proj * dirs * layers
+    return 2.0 * forward if backward else forward
 
 
 def _onednn_rnn_dims(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[int, ...]:
@@ -711,9 +734,7 @@ def describe_op(
         dims = _norm_rows(func, args, kwargs)
     elif op_class == "recurrent":
         dims = _onednn_rnn_dims(func, args, kwargs)
-        if dims:
-            gates, _layers, _dirs, batch, seq, width, hidden, _proj = dims
-            flops = 2.0 * batch * seq * gates * hidden * (width + hidden) * (2 if "backward" in name else 1)
+        flops = rnn_flops(dims, "backward" in name) if dims else 0.0
     elif op_class is None:
         op_class = "elementwise"
         source = target = None

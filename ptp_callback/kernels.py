@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 
 from . import grouped_gemm
 from .coefficients import CostCoefficients, pick
-from .costs import DTYPE_KEYS, OpCost
+from .costs import DTYPE_KEYS, OpCost, rnn_layer_inputs
 
 if TYPE_CHECKING:
     from .devices import DeviceSpec
@@ -281,7 +281,7 @@ def recurrent_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) 
     """A cuDNN RNN call, forward or backward (see module doc)."""
     if _cpu_rooflines(coef):
         return cpu_recurrent_seconds(cost, device, coef)
-    gates, layers, dirs, batch, seq, inp, hidden, proj = cost.dims
+    gates, _layers, dirs, batch, seq, _inp, hidden, proj = cost.dims
     family = _family(device, cost.dtype)
     width = gates * hidden
     recurrent = proj or hidden
@@ -291,7 +291,7 @@ def recurrent_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) 
     step_floor = pick(coef.recurrent, (f"step_s:{regime}", direction, family), 20e-6)
     nbytes = cost.dtype in ("fp32", "tf32") and 4 or 2
     total = 0.0
-    for layer_input in [inp] + [dirs * recurrent] * (layers - 1):
+    for layer_input in rnn_layer_inputs(cost.dims):
         per_step = wave_seconds(1, batch, width, recurrent, cost.dtype, device, coef)
         # Each step reads the recurrent weights again (cached in L2 when they fit).
         weights = width * recurrent * nbytes
@@ -317,7 +317,7 @@ def cpu_recurrent_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficien
     dtype); backward the data- and weight-gradient GEMMs of both. On a 2-thread Xeon (AMX), over 22
     LSTMs (1-3 layers, batch 4-128, hidden 64-1024) timed alone, the median error was 20% forward
     and 29% backward in fp32; the bf16 backward ran at 1.6x its GEMMs' bf16 rate (``cpu_gemm_scale``)."""
-    gates, layers, dirs, batch, seq, inp, hidden, proj = cost.dims
+    gates, _layers, dirs, batch, seq, _inp, hidden, proj = cost.dims
     width, recurrent = gates * hidden, proj or hidden
     direction = "bwd" if cost.backward else "fwd"
 
@@ -327,7 +327,7 @@ def cpu_recurrent_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficien
     step_s = pick(coef.recurrent, ("cpu_step_s", direction, cost.dtype), 0.0)
     scale = pick(coef.recurrent, ("cpu_gemm_scale", direction, cost.dtype), 1.0)
     total = 0.0
-    for layer_input in [inp] + [dirs * recurrent] * (layers - 1):
+    for layer_input in rnn_layer_inputs(cost.dims):
         if cost.backward:
             projection = gemm(batch * seq, layer_input, width) + gemm(layer_input, width, batch * seq)
             step = gemm(batch, recurrent, width) + gemm(recurrent, width, batch)

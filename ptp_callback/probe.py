@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field, replace
 import torch
 
 from .coefficients import CostCoefficients, coefficients_for
+from .costs import CONV_FAMILIES
 from .devices import DeviceSpec
 
 _GEMM_SIZES = (256, 512, 1024)
@@ -372,7 +373,6 @@ CPU_CONV_EFF = {"conv:dense:fwd": 1.0, "conv:dense_3x3:fwd": 1.0, "conv:dense:bw
                    for direction, eff in (("fwd", 0.36), ("bwd", 0.22))},
                 **{f"conv:{family}:{direction}:bf16": eff for family in ("pointwise", "strided_pointwise")
                    for direction, eff in (("fwd", 0.05), ("bwd", 0.07))}}
-_CONV_FAMILIES = ("dense", "dense_3x3", "pointwise", "strided_pointwise", "grouped")
 
 
 def cpu_coefficients(result: ProbeResult) -> CostCoefficients:
@@ -416,7 +416,7 @@ def cpu_coefficients(result: ProbeResult) -> CostCoefficients:
         host_step_s=20 * result.small_op_s,
         # The GPU's fitted latencies, per-call host costs and library overheads do not apply to a
         # CPU, whose per-op costs the probe measured.
-        latency_s={**{f"conv:{family}:{direction}": calls * small for family in _CONV_FAMILIES
+        latency_s={**{f"conv:{family}:{direction}": calls * small for family in CONV_FAMILIES
                       for direction, calls in (("fwd", 28), ("bwd", 56))},
                    "conv_dw:fwd": 28 * small, "conv_dw:bwd": 56 * small},
         host_call_s={},

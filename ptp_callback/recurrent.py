@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from .costs import DTYPE_KEYS, OpCost
+from .costs import DTYPE_KEYS, OpCost, rnn_flops
 
 # The functions nn.LSTM / nn.GRU / nn.RNN call (torch._VF.*), with their gate count.
 _MODES: dict[Any, tuple[str, int]] = {
@@ -52,19 +52,8 @@ class RnnCall:
         key = DTYPE_KEYS.get(self.dtype, "fp32")
         return "tf32" if key == "fp32" and self.tf32 else key
 
-    def layer_inputs(self) -> list[int]:
-        """Input width of each layer (the first takes the input, the others the layer below)."""
-        _g, layers, dirs, _b, _s, inp, hidden, proj = self.dims
-        return [inp] + [dirs * (proj or hidden)] * (layers - 1)
-
     def flops(self, backward: bool) -> float:
-        # Per layer and direction and step: gates x hidden outputs of (input + recurrent) MACs.
-        gates, _layers, dirs, batch, seq, _inp, hidden, proj = self.dims
-        recurrent = proj or hidden
-        forward = sum(2.0 * batch * seq * gates * hidden * (width + recurrent) * dirs for width in self.layer_inputs())
-        if proj:
-            forward += 2.0 * batch * seq * hidden * proj * dirs * len(self.layer_inputs())
-        return 2.0 * forward if backward else forward  # backward: data and weight gradients
+        return rnn_flops(self.dims, backward)
 
 
 def _weights_per_layer(mode: str, params: list, layers: int, dirs: int) -> tuple[int, bool]:

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from ptp_callback.coefficients import HOPPER, pick
+from ptp_callback.coefficients import HOPPER, CostCoefficients, pick
 from ptp_callback.costs import OpCost, describe_op
 from ptp_callback.devices import DeviceSpec, get_device
 from ptp_callback.kernels import (
@@ -431,16 +431,21 @@ def test_a_cast_to_a_smaller_dtype_streams_at_its_own_rate():
     assert kernel_seconds(replace(op, cost=up), TOY, coef) == pytest.approx(6 * 2**20 / 0.6e12)
 
 
+def _toy_cpu(fault_s_per_byte: float = 0.0) -> tuple[DeviceSpec, CostCoefficients]:
+    """A probed toy CPU: 1 TFLOP/s fp32 at large sizes, half that with a 64-wide side (half-rate at
+    64), 2 us per small op."""
+    from ptp_callback.probe import ProbeResult, cpu_coefficients, cpu_spec
+
+    probed = ProbeResult("toy cpu", torch.__version__, 2, {"fp32": {"64x1024x1024": 0.5, "512": 1.0}}, 50.0,
+                         2e-6, 4e-6, 0.1, 100.0, fault_s_per_byte=fault_s_per_byte)
+    return cpu_spec(probed), cpu_coefficients(probed)
+
+
 def test_a_cpus_onednn_lstm_layer_is_priced_as_its_gemms_and_steps():
     """CPUs with native bf16 run ``nn.LSTM`` as one oneDNN op per layer (``mkldnn_rnn_layer``), which
     was classed as a pointwise op without FLOPs: a 2-layer LSTM language model's CPU step was
     predicted at 14 ms and measured at 60 ms."""
-    from ptp_callback.probe import ProbeResult, cpu_coefficients, cpu_spec
-
-    # A toy CPU: 1 TFLOP/s fp32 at large sizes, half that with a 64-wide side (half-rate at 64).
-    probed = ProbeResult("toy cpu", torch.__version__, 2, {"fp32": {"64x1024x1024": 0.5, "512": 1.0}}, 50.0,
-                         2e-6, 4e-6, 0.1, 100.0)
-    device, coef = cpu_spec(probed), cpu_coefficients(probed)
+    device, coef = _toy_cpu()
     batch, seq, inp, hidden = 32, 64, 128, 256
     with FakeTensorMode():
         # As nn.LSTM(batch_first=True) calls it: the input already transposed to (seq, batch, input).
@@ -466,11 +471,7 @@ def test_a_cpus_convolutions_cost_their_call_and_run_at_their_familys_share_of_t
     """oneDNN's convolutions on a 2-thread Xeon: dense ones at the probed GEMM peak, 1x1 ones at a
     third of it, and each call about 60 us (28 small ops of that host) whatever its size; the CPU
     model had 0.6 of peak for all and no cost per call (48 random convolutions: 46% median error)."""
-    from ptp_callback.probe import ProbeResult, cpu_coefficients, cpu_spec
-
-    probed = ProbeResult("toy cpu", torch.__version__, 2, {"fp32": {"64x1024x1024": 0.5, "512": 1.0}}, 50.0,
-                         2e-6, 4e-6, 0.1, 100.0)
-    device, coef = cpu_spec(probed), cpu_coefficients(probed)
+    device, coef = _toy_cpu()
 
     def forward_seconds(n: int, c_in: int, c_out: int, hw: int, k: int) -> tuple[float, float]:
         with FakeTensorMode():
@@ -493,11 +494,7 @@ def test_a_cpu_op_pays_the_probed_first_touch_of_outputs_the_allocator_maps_afre
     """glibc maps every allocation over 32 MiB afresh, and the first write to its pages costs the
     operating system's mapping and zeroing: 0.17 ns a byte on a 2-thread Xeon, 6x the fill itself
     (a GPT-2-sized vocabulary's logits). Smaller outputs reuse memory the step freed."""
-    from ptp_callback.probe import ProbeResult, cpu_coefficients, cpu_spec
-
-    probed = ProbeResult("toy cpu", torch.__version__, 2, {"fp32": {"512": 1.0}}, 50.0, 2e-6, 4e-6, 0.1, 100.0,
-                         fault_s_per_byte=1e-10)
-    device, coef = cpu_spec(probed), cpu_coefficients(probed)
+    device, coef = _toy_cpu(fault_s_per_byte=1e-10)
 
     def add(numel: int) -> OpCost:
         with FakeTensorMode():
