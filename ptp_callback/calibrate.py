@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from .predict import kernel_seconds
+from .rng import rng_preserved
 from .tracer import Trace
 
 
@@ -67,6 +68,7 @@ def _time_call(fn: Callable[[], Any], device: torch.device, repeats: int) -> flo
     return (time.perf_counter() - started) / repeats
 
 
+@rng_preserved()  # its random operands must not move the user's generators (data order, dropout)
 def measure_op_classes(
     trace: Trace,
     device_spec: Any,

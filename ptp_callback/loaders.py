@@ -10,33 +10,14 @@ its workers hide or the training loop waits for.
 from __future__ import annotations
 
 import contextlib
-import random
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
+from .rng import rng_preserved
 from .run_plan import LoaderFacts
-
-
-@contextlib.contextmanager
-def rng_preserved() -> Iterator[None]:
-    """Restore the torch, CUDA, Python and NumPy generators on exit."""
-    import numpy as np
-
-    torch_state = torch.get_rng_state()
-    cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
-    py_state = random.getstate()
-    np_state = np.random.get_state()
-    try:
-        yield
-    finally:
-        torch.set_rng_state(torch_state)
-        if cuda_states is not None:
-            torch.cuda.set_rng_state_all(cuda_states)
-        random.setstate(py_state)
-        np.random.set_state(np_state)
 
 
 def first_loader(loaders: Any) -> Any:

@@ -26,6 +26,7 @@ import torch
 from .coefficients import CostCoefficients, coefficients_for
 from .costs import CONV_FAMILIES
 from .devices import DeviceSpec
+from .rng import rng_preserved
 
 _GEMM_SIZES = (256, 512, 1024)
 _SKINNY = "64x1024x1024"
@@ -256,6 +257,7 @@ _SPOT_READINGS = 3
 _now: dict[str, ProbeResult] = {}  # per cache file: the result this process's spot check left
 
 
+@rng_preserved()  # its random operands must not move the user's generators (data order, dropout)
 def probe_device(device: torch.device, *, cache: bool = True, refresh: bool = False) -> ProbeResult:
     """Measure ``device`` (a CPU or a local CUDA GPU), or read the cached result; ``refresh``
     measures even when a result is cached, and caches the new one.

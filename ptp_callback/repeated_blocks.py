@@ -218,6 +218,11 @@ def _grow(a: OpRecord, b: OpRecord, copies: int) -> OpRecord | None:
             or ca.gemm != cb.gemm or ca.gemms != cb.gemms or ca.dtype != cb.dtype):
         return None
 
+    if any(y < x for x, y in ((ca.flops, cb.flops), (ca.bytes, cb.bytes), (ca.kernels, cb.kernels))):
+        # An op that shrank from one block to two did not grow with the blocks: its size came from
+        # something else (a random mask drawn differently), and a line through it goes negative.
+        return None
+
     def step(x: Any, y: Any) -> Any:
         value = x + copies * (y - x)
         return round(value) if isinstance(x, int) else value

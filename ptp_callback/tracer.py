@@ -71,6 +71,7 @@ from .optimizer_precision import eps_underflow
 from .precision import PrecisionSpec, as_precision
 from .recurrent import is_rnn, run_rnn
 from .repeated_blocks import trace_repeated
+from .rng import rng_preserved
 
 StepFn = Callable[[torch.nn.Module, Any], Any]
 OptimizerArg = (torch.optim.Optimizer | Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer] | ManualOptimization
@@ -663,7 +664,10 @@ def trace_step(
 
     def traced_on(where: torch.device) -> Trace:
         def trace() -> Trace:
-            return _trace(model, batch, step_fn, optimizer, precision, where, target_type, train)
+            # Every trace (the shortened ones included) starts from the user's generators and leaves
+            # them there: the step draws what it would draw next, the same in each trace.
+            with rng_preserved():
+                return _trace(model, batch, step_fn, optimizer, precision, where, target_type, train)
 
         return _shortest(model, precision, trace) if extrapolate_repeats else trace()
 

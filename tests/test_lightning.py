@@ -476,6 +476,29 @@ def test_a_train_iterable_without_length_gets_an_eta_from_its_first_epoch_on(tmp
     assert "train" in callback.summary and "(predicted 0" not in callback.summary
 
 
+class Dropped(Tiny):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net.insert(1, nn.Dropout(0.5))
+
+
+def test_a_fit_with_the_callback_trains_exactly_as_the_same_fit_without_it(tmp_path, monkeypatch):
+    # The callback's probe, trace and op timings draw random operands at fit start, before the
+    # first epoch's shuffle and the first dropout mask: they must not move the user's generators.
+    monkeypatch.setenv("PTP_CACHE_DIR", str(tmp_path))  # an empty cache: the whole probe runs
+
+    def fit(callbacks: list) -> torch.Tensor:
+        L.seed_everything(7, verbose=False)
+        model = Dropped()
+        trainer(callbacks, max_epochs=1, limit_train_batches=6, limit_val_batches=2,
+                enable_progress_bar=False).fit(model, *loaders())
+        return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+    without = fit([])
+    with_callback = fit([PrecisionTimeCallback(advise=True, calibrate_ops=True)])
+    assert torch.equal(without, with_callback)
+
+
 def test_the_core_never_imports_the_frameworks():
     code = ("import sys, importlib, pkgutil, ptp_callback\n"
             "for m in pkgutil.iter_modules(ptp_callback.__path__):\n"

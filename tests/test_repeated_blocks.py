@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+import random
+
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from ptp_callback import TraceError, predict_step, trace_step
-from ptp_callback.repeated_blocks import find_run
+from ptp_callback.repeated_blocks import extrapolate, find_run
 
 
 class Block(nn.Module):
@@ -111,6 +115,50 @@ def test_validation_forward_is_extrapolated_too():
     full = trace_step(model, batch(), ce_step, None, "32-true", target_type="cuda", trace_on="cpu", train=False,
                       extrapolate_repeats=False)
     assert shortened(quick) and work(quick) == work(full)
+
+
+class MaskedStack(Stack):
+    """A random share of the rows replaced by a learned embedding before the blocks, the mask
+    drawn with NumPy (as Wav2Vec2's SpecAugment does): the masked ops' sizes follow the draw."""
+
+    def __init__(self, depth: int = 8) -> None:
+        super().__init__(depth)
+        self.mask_embed = nn.Parameter(torch.zeros(64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.embed(x)
+        mask = torch.from_numpy(np.random.rand(x.shape[0]) < np.random.uniform(0.1, 0.9))
+        x = x.clone()
+        x[mask] = self.mask_embed
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def test_a_trace_draws_what_the_step_would_draw_and_leaves_every_generator_as_it_found_it():
+    model, b = MaskedStack(depth=9), batch(64)
+    np.random.seed(3), random.seed(3), torch.manual_seed(3)
+    quick = trace_step(model, b, ce_step, None, "32-true", target_type="cuda", trace_on="cpu")
+    # The user's next draws are those they would have been without the trace.
+    after = (np.random.rand(), random.random(), torch.rand(()).item())
+    np.random.seed(3), random.seed(3), torch.manual_seed(3)
+    assert after == (np.random.rand(), random.random(), torch.rand(()).item())
+    # The one- and two-block traces drew the same mask as the full trace: the same ops, none
+    # extrapolated from two different draws (which gave a sum of -27,648 bytes in Wav2Vec2).
+    np.random.seed(3)
+    full = trace_step(model, b, ce_step, None, "32-true", target_type="cuda", trace_on="cpu",
+                      extrapolate_repeats=False)
+    assert shortened(quick) and work(quick) == work(full)
+    assert all(op.cost.bytes >= 0 and op.cost.flops >= 0 for op in quick.ops)
+
+
+def test_an_op_that_shrank_from_one_block_to_two_is_not_extrapolated():
+    trace = trace_step(Stack(depth=4), batch(), ce_step, None, "32-true", target_type="cuda", trace_on="cpu",
+                       extrapolate_repeats=False)
+    op = next(op for op in trace.ops if op.cost.op_class == "reduction")
+    smaller = dataclasses.replace(op, cost=dataclasses.replace(op.cost, bytes=op.cost.bytes / 2))
+    assert extrapolate([op], [smaller], 12) is None  # traced in full instead: never negative bytes
+    assert extrapolate([smaller], [op], 12)[0].cost.bytes == smaller.cost.bytes * 12
 
 
 def test_short_shared_or_unlike_stacks_are_not_repeats():
