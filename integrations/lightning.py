@@ -36,6 +36,7 @@ from typing import Any
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
+from ptp_callback.arguments import lazy_modules
 from ptp_callback.calibrate import measure_op_classes
 from ptp_callback.device_names import resolve_device_name
 from ptp_callback.devices import DeviceSpec
@@ -102,13 +103,15 @@ class PrecisionTimeCallback(Callback):
         self._logged_step = -1
         self._remove_bar_metric: Callable[[], None] = lambda: None
         self._example: Any = None
+        self._predict_at_train_start = False
+        self._checkpoint: Any = None
 
     # --------------------------------------------------------------------------- fit start
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         started = self.clock()
         with self._warnings.guard("reading the fit's schedule"):
             schedule = read_schedule(trainer)  # every rank: it may run collectives (and starts the loader)
-            saves, every_s, checkpoint = read_checkpoints(trainer, schedule)
+            saves, every_s, self._checkpoint = read_checkpoints(trainer, schedule)
             self.forecaster = RunForecaster(schedule, saves=saves, save_every_s=every_s,
                                             warmup_batches=self.warmup_batches,
                                             relayout=lambda n: with_epoch_length(trainer, schedule, n))
@@ -120,11 +123,23 @@ class PrecisionTimeCallback(Callback):
             return
         spec = precision_spec(trainer)
         self.precision_label = spec.label if spec is not None else str(trainer.precision)
+        if lazy_modules(pl_module):
+            # Lazy modules get their shapes from the first real forward: the sanity check's, when
+            # there is one. Predicted then, at train start, still before step one.
+            self._predict_at_train_start = True
+        else:
+            self._predict(trainer, pl_module, spec)
+        if self.show_in_progress_bar:
+            self._remove_bar_metric = add_bar_metric(trainer, "eta", lambda: self.eta_text)
+        self._refresh(force=True)
+
+    def _predict(self, trainer: Trainer, pl_module: LightningModule, spec: Any) -> None:
+        """Predict the fit, install the plan, print it and the precision advice."""
         forecaster = self.forecaster
         assert forecaster is not None
         own = self.clock()
         with self._warnings.guard("predicting the fit"):
-            self.prediction, self._example = predict_fit(trainer, pl_module, spec, checkpoint, self.device,
+            self.prediction, self._example = predict_fit(trainer, pl_module, spec, self._checkpoint, self.device,
                                                          forecaster.schedule.sanity_batches or 0)
         forecaster.own_work(self.clock() - own)
         if self.prediction is not None:
@@ -141,9 +156,6 @@ class PrecisionTimeCallback(Callback):
                 self._warnings.warn(hazard, hazard, PrecisionHazard)
             if self._advice_cost_s() < 0.005 * (forecaster.predicted_total_s or 0.0):
                 self._advise(trainer, pl_module, forecaster.predicted_total_s)
-        if self.show_in_progress_bar:
-            self._remove_bar_metric = add_bar_metric(trainer, "eta", lambda: self.eta_text)
-        self._refresh(force=True)
 
     # ----------------------------------------------------------------------- precision advice
     def _advice_cost_s(self) -> float:
@@ -176,6 +188,14 @@ class PrecisionTimeCallback(Callback):
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not self._active:
             return
+        if self._predict_at_train_start:
+            self._predict_at_train_start = False
+            lazy = lazy_modules(pl_module)
+            if lazy:  # no sanity check ran a forward: nothing has created them yet
+                self._warnings.warn("lazy", f"{', '.join(lazy[:3])}: parameters not created before the first "
+                                    "step (lazy modules, no sanity check): the ETA comes from measured batches alone")
+            else:
+                self._predict(trainer, pl_module, precision_spec(trainer))
         p, run_device = self.prediction, trainer.strategy.root_device
         if self.calibrate_ops and p is not None and (p.device.arch == "cpu") == (run_device.type == "cpu") and \
                 (self.forecaster.predicted_total_s or 0.0) > 200.0:  # 1 s would cost over 0.5% of a shorter fit

@@ -18,10 +18,24 @@ from .manual_step import ManualOptimization
 __all__ = ["check_model", "check_optimizer"]
 
 
+def lazy_modules(model: torch.nn.Module) -> list[str]:
+    """The modules whose parameters or buffers a first forward has yet to create (``nn.LazyLinear``
+    and the other ``Lazy*`` modules): until then their shapes, and so the step's work, are unknown."""
+    from torch.nn.parameter import is_lazy
+
+    return [f"{name or 'the model'} ({type(module).__name__})" for name, module in model.named_modules()
+            if any(is_lazy(t) for t in (*module.parameters(recurse=False), *module.buffers(recurse=False)))]
+
+
 def check_model(model: Any, where: str) -> None:
-    """A module with at least one trainable parameter."""
+    """A module with at least one trainable parameter, all of them created."""
     if not isinstance(model, torch.nn.Module):
         raise ValueError(f"{where}: expected a torch.nn.Module, got {type(model).__name__}")
+    lazy = lazy_modules(model)
+    if lazy:
+        named = ", ".join(lazy[:3]) + (" ..." if len(lazy) > 3 else "")
+        raise ValueError(f"{where}: {named}: parameters not created yet (lazy modules); run one forward pass on "
+                         "a real batch first (it creates them), then predict")
     if not any(p.requires_grad for p in model.parameters()):
         raise ValueError(f"{where}: the model has no trainable parameters (requires_grad is False for all of "
                          "them); unfreeze the ones that train, or pass the model the optimizer updates")

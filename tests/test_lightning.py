@@ -192,6 +192,27 @@ def test_the_plan_says_that_early_stopping_may_end_the_fit_sooner():
     assert plan.endswith("; EarlyStopping may end it sooner")
 
 
+class Lazy(Tiny):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net[-1] = nn.LazyLinear(4)  # its weight's shape comes from the first forward
+
+
+def test_lazy_modules_are_predicted_once_the_sanity_check_has_created_them():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        messages = _logged([PrecisionTimeCallback()], Lazy(), max_epochs=1)
+    assert not [w for w in caught if "ptp" in str(w.message)]
+    plan = next(m for m in messages if m.startswith("ptp: predicted fit "))
+    assert "(32 batches)" in plan
+    report = next(m for m in messages if m.startswith("ptp: fit took"))
+    assert "predicted before step one" in report
+    # Without a sanity check nothing creates them before step one: one clear warning, measured ETA.
+    with pytest.warns(PtpWarning, match=r"net.2 \(LazyLinear\): parameters not created before the first step"):
+        messages = _logged([PrecisionTimeCallback()], Lazy(), max_epochs=1, num_sanity_val_steps=0)
+    assert not any(m.startswith("ptp: predicted fit ") for m in messages)
+
+
 def test_resume_keeps_calibration_and_counts_only_what_is_left(tmp_path):
     first = PrecisionTimeCallback()
     t1 = trainer([first], enable_progress_bar=False, max_epochs=-1, max_steps=20, val_check_interval=None,

@@ -43,6 +43,11 @@ def test_an_optimizer_name_or_a_frozen_model_gets_an_error_that_says_what_to_pas
     frozen = mlp(64).requires_grad_(False)
     with pytest.raises(ValueError, match="no trainable parameters"):
         ptp.predict_step(frozen, batch(8), ce_step)
+    lazy = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.LazyLinear(10))  # shapes set by the first forward
+    with pytest.raises(ValueError, match=r"1 \(LazyLinear\): parameters not created yet.*run one forward pass"):
+        ptp.predict_step(lazy, batch(8), ce_step)
+    lazy(torch.randn(8, 1024))
+    assert ptp.predict_step(lazy, batch(8), ce_step).step_s > 0
 
 
 def test_breakdown_sums_to_step_and_prints():
