@@ -142,12 +142,12 @@ def trace_repeated(model: torch.nn.Module, trace: Callable[[], Trace]) -> Trace 
     copies = run.length - 1
 
     def counts(one_deep: dict[str, int], two_deep: dict[str, int]) -> dict[str, int]:
-        return {k: one_deep.get(k, 0) + copies * (two_deep.get(k, 0) - one_deep.get(k, 0)) for k in two_deep}
+        return {k: _extrapolated(one_deep.get(k, 0), two_deep.get(k, 0), copies) for k in two_deep}
 
     return dataclasses.replace(
         two, ops=ops, trace_s=time.perf_counter() - started, unknown_ops=counts(one.unknown_ops, two.unknown_ops),
         taken_largest=counts(one.taken_largest, two.taken_largest),
-        optimizer_state_bytes=one.optimizer_state_bytes + copies * (two.optimizer_state_bytes - one.optimizer_state_bytes),
+        optimizer_state_bytes=_extrapolated(one.optimizer_state_bytes, two.optimizer_state_bytes, copies),
         mappings=(*two.mappings, f"{run.length} identical blocks from {run.path} on: traced 1 and 2 deep, the rest extrapolated"))
 
 
@@ -210,6 +210,13 @@ def _merge(old: list[OpRecord], new: list[OpRecord], copies: int) -> list[OpReco
     return None if pending else out
 
 
+def _extrapolated(one_deep: Any, two_deep: Any, copies: int) -> Any:
+    """A count or size at full depth from its values one and two blocks deep: ``copies`` more
+    times the growth the second block added (a whole number stays one)."""
+    value = one_deep + copies * (two_deep - one_deep)
+    return round(value) if isinstance(one_deep, int) else value
+
+
 def _grow(a: OpRecord, b: OpRecord, copies: int) -> OpRecord | None:
     """``a`` with every count and size moved on by ``copies`` times its growth from ``a`` to ``b``."""
     ca, cb = a.cost, b.cost
@@ -224,8 +231,7 @@ def _grow(a: OpRecord, b: OpRecord, copies: int) -> OpRecord | None:
         return None
 
     def step(x: Any, y: Any) -> Any:
-        value = x + copies * (y - x)
-        return round(value) if isinstance(x, int) else value
+        return _extrapolated(x, y, copies)
 
     dims = tuple(step(x, y) for x, y in zip(ca.dims, cb.dims))
     # A multi-tensor op's launches follow its tensor and chunk counts in steps: recounted, not grown.
