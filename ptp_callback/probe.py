@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
+from .cache import cache_dir
 from .coefficients import CostCoefficients, coefficients_for
 from .costs import CONV_FAMILIES
 from .devices import DeviceSpec
@@ -71,11 +72,10 @@ def _device_name(device: torch.device) -> str:
 
 
 def _cache_path(device: torch.device) -> str:
-    root = os.environ.get("PTP_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "ptp_callback")
     # v3: fp32 GEMM rates timed at full matmul precision; older caches may hold bf16 or TF32 rates.
     # v4: the first-touch cost of fresh allocations, which older caches lack.
     key = hashlib.sha1(f"{_device_name(device)}|{torch.__version__}|v4".encode()).hexdigest()[:16]
-    return os.path.join(root, f"probe-{device.type}-{key}.json")
+    return os.path.join(cache_dir(), f"probe-{device.type}-{key}.json")
 
 
 def _timed(fn: Callable[[], object], device: torch.device, repeats: int) -> float:
