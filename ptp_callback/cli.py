@@ -185,8 +185,9 @@ def _probe(args: argparse.Namespace) -> int:
     from .probe import probe_device
 
     result = probe_device(probe_target(args.device), refresh=True)
-    print(f"{result.device_name}: copy {result.copy_gbps:.1f} GB/s, {result.small_op_s * 1e6:.1f} us per small op, "
-          f"{result.autograd_op_s * 1e6:.1f} us per autograd op")
+    beyond = f" ({result.stream_copy_gbps:.1f} beyond its caches)" if result.stream_copy_gbps else ""
+    print(f"{result.device_name}: copy {result.copy_gbps:.1f} GB/s{beyond}, "
+          f"{result.small_op_s * 1e6:.1f} us per small op, {result.autograd_op_s * 1e6:.1f} us per autograd op")
     for dtype, rates in result.gemm_tflops.items():
         print(f"  GEMM {dtype}: " + ", ".join(f"{n}^3 {r * 1e3:.1f} GFLOP/s" if "x" not in n
                                              else f"{n} {r * 1e3:.1f} GFLOP/s" for n, r in rates.items()))

@@ -398,6 +398,10 @@ def _kernel_seconds(op: OpRecord, device: DeviceSpec, coef: CostCoefficients) ->
     moved = cost.bytes + cost.aux_bytes
     if moved < coef.extra.get("cache_bytes", 0.0):
         bandwidth = coef.extra["cache_bw_gbs"] * 1e9  # a CPU: small tensors stay in its caches
+    elif op.phase == "optimizer" and cost.op_class == "elementwise" and "reuse_bw_gbs" in coef.extra:
+        # A CPU: a per-parameter optimizer runs its few ops over one parameter's tensors in turn,
+        # which stay in the last-level cache between them (a step's other ops stream from memory).
+        bandwidth = coef.extra["reuse_bw_gbs"] * 1e9
     latency = pick(coef.latency_s, (cost.op_class, direction), 0.0)
     seconds = max(moved / (bandwidth * efficiency), element_seconds(op, coef))
     if cost.op_class == "norm" and len(cost.dims) == 2:

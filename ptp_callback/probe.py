@@ -41,7 +41,8 @@ class ProbeResult:
     ``element_s``: seconds per element of the ops it computes slower than it moves their bytes
     (random numbers, transcendental functions; :func:`element_ops`), and ``fault_s_per_byte``
     what writing a freshly allocated large tensor costs per byte beyond writing one it holds (the
-    operating system maps and zeroes its pages: :func:`_fault_seconds_per_byte`)."""
+    operating system maps and zeroes its pages: :func:`_fault_seconds_per_byte`), and
+    ``stream_copy_gbps`` the copy rate over more memory than its caches hold (:func:`_stream_copy_gbps`)."""
 
     device_name: str
     torch_version: str
@@ -54,6 +55,7 @@ class ProbeResult:
     cache_copy_gbps: float = 0.0
     element_s: dict[str, float] = field(default_factory=dict)
     fault_s_per_byte: float = 0.0
+    stream_copy_gbps: float = 0.0
 
 
 def _device_name(device: torch.device) -> str:
@@ -74,7 +76,8 @@ def _device_name(device: torch.device) -> str:
 def _cache_path(device: torch.device) -> str:
     # v3: fp32 GEMM rates timed at full matmul precision; older caches may hold bf16 or TF32 rates.
     # v4: the first-touch cost of fresh allocations, which older caches lack.
-    key = hashlib.sha1(f"{_device_name(device)}|{torch.__version__}|v4".encode()).hexdigest()[:16]
+    # v5: a CPU's copy rate beyond its caches, which older caches lack.
+    key = hashlib.sha1(f"{_device_name(device)}|{torch.__version__}|v5".encode()).hexdigest()[:16]
     return os.path.join(cache_dir(), f"probe-{device.type}-{key}.json")
 
 
@@ -175,14 +178,29 @@ def _measure(device: torch.device) -> ProbeResult:
 
     autograd_op_s = _timed(tiny_step, device, 3) / (50 * 6)
     element_s = {}
-    fault_s_per_byte = 0.0
+    fault_s_per_byte = stream_copy_gbps = 0.0
     if device.type == "cpu":
         n = _ELEMENTS
         element_s = {name: _timed(fn, device, 3) / n for name, fn in element_ops(n, device).items()}
         fault_s_per_byte = _fault_seconds_per_byte(device)
+        stream_copy_gbps = _stream_copy_gbps(device)
     return ProbeResult(_device_name(device), torch.__version__, torch.get_num_threads(), gemm, copy_gbps,
                        small_op_s, autograd_op_s, time.perf_counter() - started, cache_copy_gbps, element_s,
-                       fault_s_per_byte)
+                       fault_s_per_byte, stream_copy_gbps)
+
+
+def _stream_copy_gbps(device: torch.device) -> float:
+    """A copy's rate (bytes read + written per second) between two 128 MB tensors: more than the
+    caches keep of a training step, whose ops read tensors written many megabytes earlier.
+
+    A 32 MB copy can run from the last-level cache (54 GB/s on a 2-thread Xeon whose VM sees a
+    480 MB L3); the same copy over 2 x 128 MB ran at 27 GB/s there, as over 2 x 1 GB, and so did
+    the 4 MB multiplies inside a GPT-2 step (0.35-0.69 ms each against 0.155 ms repeated alone).
+    It adds about 0.08 s to the probe there, most of it the operating system mapping the pages."""
+    n = 32 * 2**20
+    src = torch.empty(n, device=device).fill_(1.0)  # written: unwritten pages all read one zero page
+    dst = torch.empty_like(src)  # mapped by _timed's warm-up copy
+    return 2 * n * 4 / _timed(lambda: dst.copy_(src), device, 3) / 1e9
 
 
 def _fault_seconds_per_byte(device: torch.device) -> float:
@@ -334,7 +352,7 @@ def at_speed(result: ProbeResult, speed: float) -> ProbeResult:
                    copy_gbps=result.copy_gbps * speed, cache_copy_gbps=result.cache_copy_gbps * speed,
                    small_op_s=result.small_op_s / speed, autograd_op_s=result.autograd_op_s / speed,
                    element_s={name: s / speed for name, s in result.element_s.items()},
-                   fault_s_per_byte=result.fault_s_per_byte / speed)
+                   fault_s_per_byte=result.fault_s_per_byte / speed, stream_copy_gbps=result.stream_copy_gbps * speed)
 
 
 def _best_of(old: ProbeResult, new: ProbeResult) -> ProbeResult:
@@ -347,7 +365,7 @@ def _best_of(old: ProbeResult, new: ProbeResult) -> ProbeResult:
                    autograd_op_s=min(old.autograd_op_s, new.autograd_op_s),
                    element_s={name: min(s, old.element_s.get(name, s)) for name, s in new.element_s.items()},
                    fault_s_per_byte=min(old.fault_s_per_byte, new.fault_s_per_byte) if old.fault_s_per_byte
-                   else new.fault_s_per_byte)
+                   else new.fault_s_per_byte, stream_copy_gbps=max(old.stream_copy_gbps, new.stream_copy_gbps))
 
 
 def _best_rate(result: ProbeResult, dtype: str) -> float:
@@ -357,9 +375,11 @@ def _best_rate(result: ProbeResult, dtype: str) -> float:
 def cpu_spec(result: ProbeResult) -> DeviceSpec:
     """A DeviceSpec for the probed CPU: measured GEMM rates stand in for peaks."""
     peaks = {k: _best_rate(result, k) for k in _DTYPES if _best_rate(result, k) > 0}
+    # A step's tensors of 4 MB and more stream from memory (see _stream_copy_gbps); smaller ones
+    # run at the in-cache rate (cpu_coefficients).
     return DeviceSpec(
         key="cpu", name=result.device_name, arch="cpu", sm_count=max(1, result.threads), memory_gb=1.0,
-        memory_bw_gbs=result.copy_gbps, l2_mb=1.0, peak_tflops=peaks,
+        memory_bw_gbs=result.stream_copy_gbps or result.copy_gbps, l2_mb=1.0, peak_tflops=peaks,
         sources=(f"measured by ptp_callback.probe in {result.probe_s:.2f}s with torch {result.torch_version}",),
     )
 
@@ -383,7 +403,9 @@ def cpu_coefficients(result: ProbeResult) -> CostCoefficients:
     The smallest GEMM dimension at which the rate is half the best comes from the skinny probe; the
     per-op host times from the small-op and tiny forward+backward loops. On a CPU the host and
     the "device" are one thread, so the prediction adds them (``synchronous``). Ops moving under
-    4 MB run at the probed in-cache copy bandwidth.
+    4 MB run at the probed in-cache copy bandwidth, a per-parameter optimizer's ops at the 32 MB
+    copy's (one parameter's tensors stay cached between them), all others at the rate beyond the
+    caches (:func:`cpu_spec`).
     """
     half_dim = {}
     for key, rates in result.gemm_tflops.items():
@@ -431,10 +453,13 @@ def cpu_coefficients(result: ProbeResult) -> CostCoefficients:
                                            for direction, ops in (("fwd", 7), ("bwd", 8))},
                    "cpu_gemm_scale:bwd:bf16": 1.6, "cpu_gemm_scale:bwd:fp16": 1.6},
         source=f"CPU probe: {result.device_name}",
-        extra={**base.extra, "host_scale": 1.0, "gemm_model": "roofline", "gemm_half_rate_dim": half_dim,
+        # Batch norm's GPU penalties for few channels and small feature maps (an SM per channel)
+        # are not a CPU's, which splits a channel's rows among its threads.
+        extra={**{k: v for k, v in base.extra.items() if not k.startswith("batch_norm")},
+               "host_scale": 1.0, "gemm_model": "roofline", "gemm_half_rate_dim": half_dim,
                "synchronous": True, "host_speed": host_speed(result.small_op_s, base), "cache_bytes": 4e6,
                "fresh_byte_s": result.fault_s_per_byte,
-               "cache_bw_gbs": max(result.cache_copy_gbps, result.copy_gbps),
+               "cache_bw_gbs": max(result.cache_copy_gbps, result.copy_gbps), "reuse_bw_gbs": result.copy_gbps,
                "element_s": {**{alias: result.element_s[name] for alias, name in ELEMENT_ALIASES.items()
                                 if name in result.element_s}, **result.element_s}},
     )
