@@ -10,7 +10,9 @@ which the forecaster multiplies by the schedule's counts:
   their work the cores the step leaves idle cannot hold: the rest runs on the step's own cores);
 * an optimizer step: the step's optimizer phase plus gradient communication across GPUs;
 * a validation run: its loader's start, then its batches (the validation step and the loop);
-* an epoch boundary: the training loader's start (once only with ``persistent_workers``);
+* an epoch boundary: the training loader's start (once only with ``persistent_workers``) and, on a
+  CPU fit whose workers are forked, the step's copy of every page of its memory that the new
+  workers map (``HostCosts.fork_write_s_per_byte``: it lands in the epoch's first batch);
 * a checkpoint save: fixed cost, GPU tensors copied to the host, bytes written;
 * the sanity check: the validation loader's start and its batches;
 * the first batches' warm-up on a GPU and the end's teardown (moving the model back to the CPU).
@@ -124,6 +126,7 @@ def plan_run(
     loader_started_before_first_epoch: bool = False,
     sanity_calibrates: bool = False,
     spare_cores: int | None = None,
+    step_memory_bytes: float = 0.0,
 ) -> RunPlan:
     """Per-unit costs of a fit (see the module doc).
 
@@ -133,8 +136,10 @@ def plan_run(
     ``state_bytes_to_cpu_at_end``: what the framework copies back to the host at teardown
     (Lightning's ``Strategy.teardown`` moves the optimizer's state and the model to the CPU); ``loader_started_before_first_epoch``: the training
     loader's workers are already running when the first epoch starts (Lightning starts them while
-    setting up). ``spare_cores``: on a CPU fit, the cores the step's threads leave idle for loader
-    workers (``None`` on a GPU, where the step runs on the device and the cores are the workers').
+    setting up). ``step_memory_bytes``: the host memory a CPU training step writes (parameters,
+    gradients, optimizer state, activations). ``spare_cores``: on a CPU fit, the cores the step's
+    threads leave idle for loader workers (``None`` on a GPU, where the step runs on the device and
+    the cores are the workers').
     """
     compute = train.step_s - train.optimizer_s
     input_s = train_loader.batch_bytes / host.input_rate(train_loader.pin_memory) if on_gpu else 0.0
@@ -146,6 +151,9 @@ def plan_run(
         val_batch = val_compute + host.val_loop_s + val_input + _data_wait(val_loader, val_compute, spare_cores)
     val_start = _loader_start(host, val_loader)
     epoch = 0.0 if train_loader.persistent_workers else _loader_start(host, train_loader)
+    if epoch and not on_gpu:
+        epoch += step_memory_bytes * host.fork_write_s_per_byte
+    # The first epoch's copies fall in its first batches' warm-up, which a CPU fit measures.
     first_epoch = 0.0 if loader_started_before_first_epoch else _loader_start(host, train_loader)
     copy_s = checkpoint_bytes / host.copy_bytes_per_s if on_gpu else 0.0
     save = host.save_fixed_s + copy_s + checkpoint_bytes / host.write_bytes_per_s if checkpoint_bytes else 0.0
