@@ -130,8 +130,9 @@ def probe_host(
     cache: bool = True,
 ) -> HostCosts:
     """``base`` with what this machine measures in its place: the worker start of a DataLoader
-    with ``num_workers`` workers, the write rate of ``checkpoint_dir``, and with a CUDA ``device``
-    the device-to-host copy rate. Each probe is cached on disk per host and setting.
+    with ``num_workers`` workers (and, training on the CPU, what a forked worker makes the
+    process's writes cost), the write rate of ``checkpoint_dir``, and with a CUDA ``device`` the
+    device-to-host copy rate. Each probe is cached on disk per host and setting.
 
     ``buffered_saves``: the framework serializes a checkpoint into memory and then writes it
     (Lightning's ``TorchCheckpointIO``), which the probe then does too: on an H100 host and on a
@@ -139,8 +140,10 @@ def probe_host(
     costs = base
     if num_workers > 0:
         start = _cached(f"loader-{num_workers}-{_start_method()}", lambda: {"s": _loader_start_s(num_workers)}, cache)
-        fork = _cached(f"fork-write-{_start_method()}", lambda: {"s_per_byte": _fork_write_s_per_byte()}, cache)
-        costs = replace(costs, loader_start_s=start["s"], fork_write_s_per_byte=fork["s_per_byte"])
+        costs = replace(costs, loader_start_s=start["s"])
+        if device is None or device.type == "cpu":  # a GPU step writes the device's memory, not the host's
+            fork = _cached(f"fork-write-{_start_method()}", lambda: {"s_per_byte": _fork_write_s_per_byte()}, cache)
+            costs = replace(costs, fork_write_s_per_byte=fork["s_per_byte"])
     if checkpoint_dir:
         how = "buffered" if buffered_saves else "direct"
         write = _cached(f"write-median-{how}-{_filesystem_key(checkpoint_dir)}",
