@@ -247,6 +247,8 @@ def depthwise_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) 
     direction = "bwd" if cost.backward else "fwd"
     # The rates are keyed by the kernel (cuDNN) or else by the dtype family (PyTorch's kernel).
     key = "cudnn" if cost.kernel == "depthwise_cudnn" and not _cpu_rooflines(coef) else _family(device, cost.dtype)
+    if _cpu_rooflines(coef) and len(cost.dims) > 5 and cost.dims[5] > 9:
+        key = "over_3x3"  # oneDNN's backward has a fast kernel for 3x3 filters only (cpu_coefficients)
     rate = pick(coef.compute_eff, ("conv_dw", direction, key), 0.03) * peak_flops(device, "fp32")
     memory = memory_seconds(cost.bytes, device, coef, "conv_dw", key, cost.backward)
     bias = _bias_seconds(cost, device, coef)

@@ -529,6 +529,30 @@ def test_a_cpus_convolutions_cost_their_call_and_run_at_their_familys_share_of_t
     assert call <= tiny < 1.1 * call
 
 
+def test_a_cpus_depthwise_backward_over_a_filter_larger_than_3x3_runs_at_onednns_generic_rate():
+    """oneDNN has a fast depthwise backward for 3x3 filters only: on a 2-thread Xeon, at one rate for
+    all, 37 random 3x3 ones came out 1.21x their time and 5x5 and 7x7 ones 0.22x (MobileNetV3's 5x5
+    over 32 x 576 3x3 maps: 5.6 ms measured, 0.5 predicted); 40 others: median error 64% -> 26%."""
+    device, coef = _toy_cpu()
+
+    def backward(k: int) -> tuple[float, float]:
+        with FakeTensorMode():
+            x, w = torch.randn(32, 240, 12, 12), torch.randn(240, 1, k, k)
+            g = torch.randn(32, 240, 12, 12)
+            func = torch.ops.aten.convolution_backward.default
+            args = (g, x, w, None, [1, 1], [k // 2] * 2, [1, 1], False, [0, 0], 240, [True, True, False])
+            cost = describe_op(func, args, {}, func(*args), matmul_tf32=False, conv_tf32=False, phase="backward")
+        assert cost.op_class == "conv_dw"
+        return kernel_seconds(OpRecord(str(func), "backward", "", cost), device, coef), cost.flops
+
+    call = 56 * 2e-6
+    (small, small_flops), (large, large_flops) = backward(3), backward(5)
+    assert large_flops == pytest.approx(small_flops * 25 / 9)
+    # The toy CPU's fp32 peak is 1 TFLOP/s: a 5x5 backward at 2.2% of it, a 3x3 one at 12% (or its bytes).
+    assert large == pytest.approx(call + large_flops / 0.022e12)
+    assert call + small_flops / 0.12e12 <= small < large / 4
+
+
 def test_a_cpu_op_pays_the_probed_first_touch_of_outputs_the_allocator_maps_afresh():
     """glibc maps every allocation over 32 MiB afresh, and the first write to its pages costs the
     operating system's mapping and zeroing: 0.17 ns a byte on a 2-thread Xeon, 6x the fill itself
