@@ -750,6 +750,11 @@ def describe_op(
         elif name == "_safe_softmax" and inputs and outputs:
             read, written = _safe_softmax_bytes(inputs[0], outputs[0], _arg(func, args, kwargs, "dim", -1))
 
+    if name in ("embedding", "_embedding_bag") and len(args) > 1 and isinstance(args[1], torch.Tensor):
+        # A lookup reads the rows its indices select, not the whole table (H100, 60,488 tokens of a
+        # 32,000 x 256 fp32 table: 41 us, the rows' 124 MB read and written; the table is 33 MB).
+        weight, indices = args[0], args[1]
+        read = _tensor_bytes(indices) + indices.numel() * weight.shape[-1] * weight.element_size()
     if op_class == "pool" and name.endswith("_backward") and len(args) > 1:
         # A pooling backward is handed its forward input for the shape only: the kernel reads the
         # output gradient (and a max's indices) and writes the input's gradient.

@@ -553,6 +553,24 @@ def test_a_cpus_depthwise_backward_over_a_filter_larger_than_3x3_runs_at_onednns
     assert call + small_flops / 0.12e12 <= small < large / 4
 
 
+def test_an_embedding_lookup_moves_the_rows_it_selects_not_the_whole_table():
+    """On the H100, 8,652 tokens looked up in a 32,000 x 2,048 fp32 table took 52.7 us: their rows
+    (71 MB) read and written, not the 262 MB table read (priced 131 us); the lookups of the op rows
+    went from 30.1% to 26.8% median error with the shipped coefficients."""
+    with FakeTensorMode():
+        table, tokens = torch.randn(32000, 2048), torch.randint(0, 32000, (8652,))
+        func = torch.ops.aten.embedding.default
+        cost = describe_op(func, (table, tokens), {}, func(table, tokens), matmul_tf32=False, conv_tf32=False,
+                           phase="forward")
+        bag = torch.ops.aten._embedding_bag.default
+        offsets = torch.arange(0, 8652, 4)
+        bag_cost = describe_op(bag, (table, tokens, offsets), {}, bag(table, tokens, offsets), matmul_tf32=False,
+                               conv_tf32=False, phase="forward")
+    rows = 8652 * 2048 * 4
+    assert cost.op_class == "embedding" and cost.bytes == 8652 * 8 + 2 * rows
+    assert bag_cost.bytes < 2 * rows  # the rows of every index read, the bags' sums written
+
+
 def test_a_cpu_op_pays_the_probed_first_touch_of_outputs_the_allocator_maps_afresh():
     """glibc maps every allocation over 32 MiB afresh, and the first write to its pages costs the
     operating system's mapping and zeroing: 0.17 ns a byte on a 2-thread Xeon, 6x the fill itself
