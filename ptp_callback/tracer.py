@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -121,6 +122,11 @@ class OpRecord:
     params: int = 0
     replay: Any = field(default=None, repr=False, compare=False)
 
+    @property
+    def out_bytes(self) -> int:
+        """Bytes of the op's recorded outputs."""
+        return sum(math.prod(shape) * _itemsize(dtype) for shape, dtype in zip(self.out_shapes, self.out_dtypes))
+
 
 @dataclass(frozen=True, slots=True)
 class TensorSpec:
@@ -195,6 +201,13 @@ class Trace:
 
 
 _SHAPE_DTYPE = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64"}
+_DTYPE_OF_NAME = {name: dtype for dtype, name in _SHAPE_DTYPE.items()}
+
+
+def _itemsize(name: str) -> int:
+    """Bytes per element of a dtype as :func:`_meta_of` names it (``"fp32"``, ``"int64"``, ``"bool"``)."""
+    dtype = _DTYPE_OF_NAME.get(name) or getattr(torch, name, None)
+    return dtype.itemsize if isinstance(dtype, torch.dtype) else 4
 
 
 def _meta_of(value: Any) -> tuple[tuple[tuple[int, ...], ...], tuple[str, ...]]:
