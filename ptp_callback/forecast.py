@@ -282,8 +282,9 @@ class RunForecaster:
         self._event(t, "batch_end")
         meter = self.meters["train"]
         epoch = self.meters["epoch"]
-        steady = self.batches.mean_s() if self.batches.settled else None
-        if self._epoch_closed_at == self.position and epoch.done > 1 and steady is not None:
+        steady = self.batches.mean_s() if self._epoch_closed_at == self.position and epoch.done > 1 \
+            and self.batches.settled else None  # only at a later epoch's first batch: not every batch
+        if steady is not None:
             # A later epoch's first batch pays for its boundary beyond the loader's start: on a CPU
             # the step copies the pages that the epoch's new forked workers map (a GPT-2 step:
             # 1.1 s against 0.17). That excess is the epoch's, as the plan counts it.
