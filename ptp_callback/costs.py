@@ -33,6 +33,7 @@ Op classes:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -422,7 +423,12 @@ def _spatial(shape: torch.Size) -> int:
 
 
 def _conv_dims(func: torch._ops.OpOverload, args: tuple, kwargs: dict, out: list[torch.Tensor]) -> tuple[int, ...]:
-    """``(n, c_in, c_out, in_pixels, out_pixels, kernel_pixels, groups, stride)`` of a convolution."""
+    """``(n, c_in, c_out, in_pixels, out_pixels, kernel_pixels, groups, stride, slack)`` of a convolution.
+
+    ``slack``: over the spatial axes, the least of input side - (filter side + the rows a stride
+    skips at the padded start), negative when some input side cannot hold the filter; oneDNN's
+    depthwise weight-gradient kernel needs it >= 0 (:func:`kernels.depthwise_seconds`).
+    """
     try:
         if func.overloadpacket.__name__ == "convolution_backward":
             grad_out, data, weight = args[0], args[1], args[2]
@@ -433,9 +439,18 @@ def _conv_dims(func: torch._ops.OpOverload, args: tuple, kwargs: dict, out: list
         groups = int(_arg(func, args, kwargs, "groups", 1) or 1)
         stride = _arg(func, args, kwargs, "stride", [1])
         return (int(data.shape[0]), int(data.shape[1]), int(weight.shape[0]), _spatial(data.shape),
-                _spatial(result.shape), math.prod(weight.shape[2:]), groups, int(max(stride) if stride else 1))
+                _spatial(result.shape), math.prod(weight.shape[2:]), groups, int(max(stride) if stride else 1),
+                _filter_slack(data.shape[2:], weight.shape[2:], stride, _arg(func, args, kwargs, "padding", [0])))
     except (AttributeError, IndexError, TypeError):
         return ()
+
+
+def _filter_slack(sides: Sequence[int], filter_sides: Sequence[int], stride: Sequence[int],
+                  padding: Sequence[int]) -> int:
+    def per_axis(values: Sequence[int], axis: int) -> int:
+        return int(values[axis] if len(values) > axis else values[0]) if values else 0
+    return min((int(side) - int(k) - (-per_axis(padding, i)) % max(1, per_axis(stride, i))
+                for i, (side, k) in enumerate(zip(sides, filter_sides))), default=0)
 
 
 # The kernel families :func:`conv_family` names for convolutions that are not depthwise.
@@ -455,7 +470,7 @@ def conv_family(dims: tuple[int, ...]) -> str:
     """
     if not dims:
         return "dense"
-    _n, c_in, _c_out, _ip, _op, kernel, groups, stride = dims
+    _n, c_in, _c_out, _ip, _op, kernel, groups, stride = dims[:8]
     if groups > 1:
         return "depthwise" if groups == c_in else "grouped"
     if kernel == 1:
@@ -482,7 +497,7 @@ def conv_gemms(dims: tuple[int, ...], passes: tuple[str, ...], channels_first: b
     the K of 128 in half precision (held-out median error of the H100's dense convolution
     backward passes 37.9% -> 35.4%, pointwise 32.8% -> 29.9%). Grouped convolutions pass 1.
     """
-    n, c_in, c_out, in_px, out_px, kernel, groups, stride = dims
+    n, c_in, c_out, in_px, out_px, kernel, groups, stride = dims[:8]
     ci, co = max(1, c_in // groups), max(1, c_out // groups)
     pi, po = _chunked(ci, k_chunk), _chunked(co, k_chunk)
     images, rows = (n, 1) if channels_first else (1, n)
@@ -681,7 +696,7 @@ def describe_op(
             # flop_counter's backward formula ignores groups (PyTorch 2.14 counts a depthwise 3x3
             # backward 65x too high); each gradient pass does the forward's multiply-adds.
             mask = _arg(func, args, kwargs, "output_mask", [True, True, False])
-            n, c_in, c_out, _in_px, out_px, kernel, groups, _stride = dims
+            n, c_in, c_out, _in_px, out_px, kernel, groups, _stride = dims[:8]
             flops = 2.0 * n * out_px * c_out * (c_in // groups) * kernel * sum(1 for on in mask[:2] if on)
         if kernel_family == "depthwise":
             op_class = "conv_dw"

@@ -247,12 +247,48 @@ def depthwise_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) 
     direction = "bwd" if cost.backward else "fwd"
     # The rates are keyed by the kernel (cuDNN) or else by the dtype family (PyTorch's kernel).
     key = "cudnn" if cost.kernel == "depthwise_cudnn" and not _cpu_rooflines(coef) else _family(device, cost.dtype)
-    if _cpu_rooflines(coef) and len(cost.dims) > 5 and cost.dims[5] > 9:
-        key = "over_3x3"  # oneDNN's backward has a fast kernel for 3x3 filters only (cpu_coefficients)
     rate = pick(coef.compute_eff, ("conv_dw", direction, key), 0.03) * peak_flops(device, "fp32")
     memory = memory_seconds(cost.bytes, device, coef, "conv_dw", key, cost.backward)
     bias = _bias_seconds(cost, device, coef)
-    return max(cost.flops / rate, memory) + bias + pick(coef.latency_s, ("conv_dw", direction, key), 0.0)
+    flops, gemm_weight_grad = cost.flops, 0.0
+    if cost.backward and _cpu_rooflines(coef) and _onednn_depthwise_weight_grad_by_gemm(cost.dims):
+        # The weight gradient is not the direct kernel's: priced apart, the rest at the direct rate.
+        flops = cost.flops - _depthwise_pass_flops(cost.dims)
+        gemm_weight_grad = _depthwise_gemm_weight_grad_seconds(cost.dims, device, coef)
+    return (max(flops / rate, memory) + gemm_weight_grad + bias
+            + pick(coef.latency_s, ("conv_dw", direction, key), 0.0))
+
+
+def _onednn_depthwise_weight_grad_by_gemm(dims: tuple[int, ...]) -> bool:
+    """Whether oneDNN computes this depthwise weight gradient with its im2col + GEMM fallback: its
+    direct kernel takes filters up to 3x3 over inputs whose every side holds the filter (plus the
+    rows a stride skips at the padded start), so 5x5 and 7x7 filters, and 3x3 ones over 2x2 maps
+    (or 3x3 ones at stride 2), fall back (oneDNN's verbose log, PyTorch 2.14 on a Xeon)."""
+    return len(dims) > 8 and (dims[5] > 9 or dims[8] < 0)
+
+
+def _depthwise_pass_flops(dims: tuple[int, ...]) -> float:
+    n, _c_in, c_out, _in_px, out_px, kernel = dims[:6]
+    return 2.0 * n * out_px * c_out * kernel
+
+
+# Beyond this column buffer per image and channel (filter taps x output pixels x 4 bytes) the
+# fallback's GEMMs run at less than half their rate (the buffer outgrows a core's L1/L2 share).
+_DW_GEMM_COLUMN_BYTES = 64e3
+
+
+def _depthwise_gemm_weight_grad_seconds(dims: tuple[int, ...], device: DeviceSpec, coef: CostCoefficients) -> float:
+    """oneDNN's fallback depthwise weight gradient: per image and channel, one im2col and one small
+    GEMM (a fixed cost each, then multiply-adds at a low share of the peak).
+
+    On a 2-thread Xeon over 219 random depthwise backward passes (3x3-7x7, 2x2-56x56 maps, 16-1152
+    channels), median error 28% -> 16%, and 12-13% for those with this fallback; EfficientNet-B0's
+    1152-channel 5x5 one over 2x2 maps took 4.6 ms, priced 1.0 ms at one rate by filter size.
+    """
+    n, c_in, _c_out, _in_px, out_px, kernel = dims[:6]
+    spill = kernel * out_px * 4 > _DW_GEMM_COLUMN_BYTES
+    rate = pick(coef.compute_eff, ("conv_dw", "wgrad_gemm", "spill" if spill else "fits"), 0.01) * peak_flops(device, "fp32")
+    return n * c_in * pick(coef.latency_s, ("conv_dw", "wgrad_gemm", "per_map"), 0.0) + _depthwise_pass_flops(dims) / rate
 
 
 def attention_seconds(op: OpRecord, device: DeviceSpec, coef: CostCoefficients) -> float:
@@ -398,12 +434,14 @@ def _kernel_seconds(op: OpRecord, device: DeviceSpec, coef: CostCoefficients) ->
     # larger dtype of the same bytes (H100, 100 MB-1.6 GB: fp32 -> bf16 3.0 TB/s, bf16 -> fp32 1.95).
     efficiency = coef.memory_efficiency(cost.op_class, cost.dtype, cost.backward, cost.kernel)
     moved = cost.bytes + cost.aux_bytes
-    if moved < coef.extra.get("cache_bytes", 0.0):
-        bandwidth = coef.extra["cache_bw_gbs"] * 1e9  # a CPU: small tensors stay in its caches
-    elif op.phase == "optimizer" and cost.op_class == "elementwise" and "reuse_bw_gbs" in coef.extra:
+    if op.phase == "optimizer" and cost.op_class == "elementwise" and "reuse_bw_gbs" in coef.extra:
         # A CPU: a per-parameter optimizer runs its few ops over one parameter's tensors in turn,
-        # which stay in the last-level cache between them (a step's other ops stream from memory).
+        # which stay in the last-level cache between them (a step's other ops stream from memory),
+        # but no nearer: each parameter's first op fetches them afresh, however small (AdamW over 100
+        # parameters of 256 KB: 119 us each on a 2-thread Xeon, 62 priced at the in-cache rate).
         bandwidth = coef.extra["reuse_bw_gbs"] * 1e9
+    elif moved < coef.extra.get("cache_bytes", 0.0):
+        bandwidth = coef.extra["cache_bw_gbs"] * 1e9  # a CPU: small tensors stay in its caches
     latency = pick(coef.latency_s, (cost.op_class, direction), 0.0)
     seconds = max(moved / (bandwidth * efficiency), element_seconds(op, coef))
     if cost.op_class == "norm" and len(cost.dims) == 2:

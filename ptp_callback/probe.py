@@ -442,13 +442,16 @@ def cpu_coefficients(result: ProbeResult) -> CostCoefficients:
         # CPU, whose per-op costs the probe measured.
         latency_s={**{f"conv:{family}:{direction}": calls * small for family in CONV_FAMILIES
                       for direction, calls in (("fwd", 28), ("bwd", 56))},
-                   "conv_dw:fwd": 28 * small, "conv_dw:bwd": 56 * small},
+                   "conv_dw:fwd": 28 * small, "conv_dw:bwd": 56 * small,
+                   "conv_dw:wgrad_gemm:per_map": 0.09 * small},
         host_call_s={},
         host_class_s={},
-        # A depthwise backward with a filter over 3x3 ran at a fifth of a 3x3 one's rate (37 random
-        # ones on a 2-thread Xeon, 2026-11-25: at one rate for both, 3x3 ones 1.21x over, 5x5 and 7x7
-        # ones 0.22x of their time, 5.6 ms for a 5x5 one over 32 x 576 3x3 maps).
-        compute_eff={"conv_dw": 0.2, "conv_dw:fwd": 0.25, "conv_dw:bwd": 0.12, "conv_dw:bwd:over_3x3": 0.022},
+        # oneDNN's depthwise weight gradient beyond its direct kernel (filters over 3x3, maps too small
+        # for the filter) is an im2col and a GEMM per image and channel: about 0.09 small ops each,
+        # then 1.75% of the GEMM peak, 0.8% once a column buffer outgrows the core's caches (fitted on
+        # 219 random depthwise backward passes on a 2-thread Xeon, 2026-11-25; kernels.depthwise_seconds).
+        compute_eff={"conv_dw": 0.2, "conv_dw:fwd": 0.25, "conv_dw:bwd": 0.12,
+                     "conv_dw:wgrad_gemm:fits": 0.0175, "conv_dw:wgrad_gemm:spill": 0.008},
         # oneDNN's LSTM layers: a fixed cost per time step in small ops of this host, beyond the
         # step's GEMMs (measured on a 2-thread Xeon with AMX: fp32 ~2 us, bf16 14 us forward and
         # 17 us backward, where the bf16 backward's GEMMs also ran at 1.6x their time).

@@ -17,6 +17,7 @@ from ptp_callback.kernels import (
     gemm_seconds,
     kernel_seconds,
     math_dtype,
+    memory_seconds,
     recurrent_seconds,
     wave_seconds,
 )
@@ -445,7 +446,8 @@ def test_a_cpu_step_streams_its_tensors_from_memory_but_an_optimizer_reuses_a_pa
     """A 2-thread Xeon copied 32 MB at 54 GB/s (its last-level cache) and 2 x 256 MB at 27; a GPT-2
     step's 4 MB multiplies ran at the slower rate (0.35-0.69 ms, 0.155 repeated alone), and the CPU
     steps of transformers were predicted 15-26% short. A per-parameter AdamW's ops go over one
-    parameter's tensors in turn, which stay cached: at the slower rate ResNet-18's were 2x over."""
+    parameter's tensors in turn, which stay cached: at the slower rate ResNet-18's were 2x over; at
+    the in-cache rate, 100 AdamW parameters of 256 KB came out at 0.52x their time."""
     device, coef = _toy_cpu(stream_copy_gbps=20.0)
     assert device.memory_bw_gbs == 20.0
     assert _toy_cpu()[0].memory_bw_gbs == 50.0  # a probe cached before the streaming rate was measured
@@ -464,6 +466,9 @@ def test_a_cpu_step_streams_its_tensors_from_memory_but_an_optimizer_reuses_a_pa
     assert optimizer == pytest.approx(large.bytes / (50e9 * efficiency))
     cached = kernel_seconds(OpRecord("aten.mul.Tensor", "forward", "", small), device, coef)
     assert cached == pytest.approx(small.bytes / (100e9 * efficiency))
+    # Each parameter's first op fetches its tensors afresh, however small they are.
+    small_optimizer = kernel_seconds(OpRecord("aten.mul.Tensor", "optimizer", "", small), device, coef)
+    assert small_optimizer == pytest.approx(small.bytes / (50e9 * efficiency))
 
 
 def test_a_cpus_batch_norm_has_no_gpus_penalty_for_few_channels_or_small_maps():
@@ -529,28 +534,47 @@ def test_a_cpus_convolutions_cost_their_call_and_run_at_their_familys_share_of_t
     assert call <= tiny < 1.1 * call
 
 
-def test_a_cpus_depthwise_backward_over_a_filter_larger_than_3x3_runs_at_onednns_generic_rate():
-    """oneDNN has a fast depthwise backward for 3x3 filters only: on a 2-thread Xeon, at one rate for
-    all, 37 random 3x3 ones came out 1.21x their time and 5x5 and 7x7 ones 0.22x (MobileNetV3's 5x5
-    over 32 x 576 3x3 maps: 5.6 ms measured, 0.5 predicted); 40 others: median error 64% -> 26%."""
+def test_a_cpus_depthwise_weight_gradient_beyond_onednns_direct_kernel_is_an_im2col_gemm_per_image_and_channel():
+    """oneDNN's direct depthwise weight-gradient kernel takes filters up to 3x3 over inputs that hold
+    them; others fall back to an im2col and a small GEMM per image and channel (its verbose log).
+    EfficientNet-B0's 5x5 backward over 16 x 1152 2x2 maps took 4.6 ms on a 2-thread Xeon, priced
+    1.0 ms at one rate by filter size; over 219 random ones median error 36% -> 18%."""
     device, coef = _toy_cpu()
+    per_map = 0.09 * 2e-6
 
-    def backward(k: int) -> tuple[float, float]:
+    def backward(k: int, side: int, stride: int = 1) -> tuple[float, float, OpCost]:
         with FakeTensorMode():
-            x, w = torch.randn(32, 240, 12, 12), torch.randn(240, 1, k, k)
-            g = torch.randn(32, 240, 12, 12)
+            x, w = torch.randn(16, 240, side, side), torch.randn(240, 1, k, k)
+            func = torch.ops.aten.convolution.default
+            y = func(x, w, None, [stride] * 2, [k // 2] * 2, [1, 1], False, [0, 0], 240)
             func = torch.ops.aten.convolution_backward.default
-            args = (g, x, w, None, [1, 1], [k // 2] * 2, [1, 1], False, [0, 0], 240, [True, True, False])
+            args = (torch.randn_like(y), x, w, None, [stride] * 2, [k // 2] * 2, [1, 1], False, [0, 0], 240,
+                    [True, True, False])
             cost = describe_op(func, args, {}, func(*args), matmul_tf32=False, conv_tf32=False, phase="backward")
         assert cost.op_class == "conv_dw"
-        return kernel_seconds(OpRecord(str(func), "backward", "", cost), device, coef), cost.flops
+        return kernel_seconds(OpRecord(str(func), "backward", "", cost), device, coef), cost.flops, cost
 
     call = 56 * 2e-6
-    (small, small_flops), (large, large_flops) = backward(3), backward(5)
-    assert large_flops == pytest.approx(small_flops * 25 / 9)
-    # The toy CPU's fp32 peak is 1 TFLOP/s: a 5x5 backward at 2.2% of it, a 3x3 one at 12% (or its bytes).
-    assert large == pytest.approx(call + large_flops / 0.022e12)
-    assert call + small_flops / 0.12e12 <= small < large / 4
+    # The toy CPU's fp32 peak is 1 TFLOP/s. A 3x3 filter over 12x12 maps: the direct kernel, both passes
+    # at 12% of it (or their bytes).
+    direct, direct_flops, direct_cost = backward(3, 12)
+    assert direct_cost.dims[8] == 12 - 3 >= 0 and direct >= call + direct_flops / 0.12e12
+    # A 5x5 one: the data gradient still direct, the weight gradient 16 x 240 GEMMs at 1.75% of the peak
+    # (a column of 25 taps x 144 pixels fits the caches).
+    fallback, fallback_flops, fallback_cost = backward(5, 12)
+    weight_grad = 16 * 240 * per_map + fallback_flops / 2 / 0.0175e12
+    data_grad = max(fallback_flops / 2 / 0.12e12,
+                    memory_seconds(fallback_cost.bytes, device, coef, "conv_dw", "fp32", True))
+    assert fallback == pytest.approx(call + data_grad + weight_grad)
+    assert fallback > 4 * direct
+    # A 3x3 filter over 2x2 maps does not fit them; over 3x3 maps it does, unless a stride of 2 skips
+    # the padded first row.
+    assert backward(3, 2)[2].dims[8] < 0 and backward(3, 3)[2].dims[8] == 0 and backward(3, 3, stride=2)[2].dims[8] < 0
+    tiny, tiny_flops, _ = backward(3, 2)
+    assert tiny >= call + 16 * 240 * per_map + tiny_flops / 2 / 0.0175e12
+    # A 7x7 filter over 28x28 maps: a column of 49 x 784 pixels outgrows the caches, 0.8% of the peak.
+    spill, spill_flops, _ = backward(7, 28)
+    assert spill >= call + 16 * 240 * per_map + spill_flops / 2 / 0.008e12
 
 
 def test_an_embedding_lookup_moves_the_rows_it_selects_not_the_whole_table():
