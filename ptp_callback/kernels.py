@@ -287,8 +287,9 @@ def _depthwise_gemm_weight_grad_seconds(dims: tuple[int, ...], device: DeviceSpe
     """
     n, c_in, _c_out, _in_px, out_px, kernel = dims[:6]
     spill = kernel * out_px * 4 > _DW_GEMM_COLUMN_BYTES
-    rate = pick(coef.compute_eff, ("conv_dw", "wgrad_gemm", "spill" if spill else "fits"), 0.01) * peak_flops(device, "fp32")
-    return n * c_in * pick(coef.latency_s, ("conv_dw", "wgrad_gemm", "per_map"), 0.0) + _depthwise_pass_flops(dims) / rate
+    share = pick(coef.compute_eff, ("conv_dw", "wgrad_gemm", "spill" if spill else "fits"), 0.01)
+    per_map = pick(coef.latency_s, ("conv_dw", "wgrad_gemm", "per_map"), 0.0)
+    return n * c_in * per_map + _depthwise_pass_flops(dims) / (share * peak_flops(device, "fp32"))
 
 
 def attention_seconds(op: OpRecord, device: DeviceSpec, coef: CostCoefficients) -> float:
