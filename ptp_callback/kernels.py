@@ -352,10 +352,13 @@ def recurrent_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) 
 def cpu_recurrent_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> float:
     """A recurrent layer on a probed CPU (oneDNN's LSTM): per layer and direction, the input
     projection over all steps as one GEMM, then each step's recurrent GEMM at the CPU's GEMM rate
-    for its shapes, plus a fixed cost per step (``coef.recurrent["cpu_step_s"]``, by direction and
-    dtype); backward the data- and weight-gradient GEMMs of both. On a 2-thread Xeon (AMX), over 22
-    LSTMs (1-3 layers, batch 4-128, hidden 64-1024) timed alone, the median error was 20% forward
-    and 29% backward in fp32; the bf16 backward ran at 1.6x its GEMMs' bf16 rate (``cpu_gemm_scale``)."""
+    for its shapes, plus each step's gate arithmetic over its batch x hidden cells (the probed time
+    per element of its sigmoids and tanhs, by direction: ``coef.recurrent["cpu_gate"]``), a fixed
+    cost per step (``cpu_step_s``, by direction and dtype) and one per call (``cpu_setup_s``);
+    backward the data- and weight-gradient GEMMs of both. On a 2-thread Xeon (AMX), over 22 LSTMs
+    (1-3 layers, batch 4-128, hidden 64-1024) timed alone, the median error in fp32 was 9% forward
+    and 10% backward (17% and 17% without the gates and the set-up); the bf16 backward ran at 1.6x
+    its GEMMs' bf16 rate (``cpu_gemm_scale``)."""
     gates, _layers, dirs, batch, seq, _inp, hidden, proj = cost.dims
     width, recurrent = gates * hidden, proj or hidden
     direction = "bwd" if cost.backward else "fwd"
@@ -364,6 +367,7 @@ def cpu_recurrent_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficien
         return 2.0 * m * n * k / cpu_gemm_rate(m, n, k, cost.dtype, device, coef)
 
     step_s = pick(coef.recurrent, ("cpu_step_s", direction, cost.dtype), 0.0)
+    step_s += pick(coef.recurrent, ("cpu_gate", direction), 0.0) * batch * hidden * _gate_element_s(gates, coef)
     scale = pick(coef.recurrent, ("cpu_gemm_scale", direction, cost.dtype), 1.0)
     total = 0.0
     for layer_input in rnn_layer_inputs(cost.dims):
@@ -373,7 +377,15 @@ def cpu_recurrent_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficien
         else:
             projection, step = gemm(batch * seq, width, layer_input), gemm(batch, width, recurrent)
         total += dirs * (scale * (projection + seq * step) + seq * step_s)
-    return total
+    return total + pick(coef.recurrent, ("cpu_setup_s", direction), 0.0)
+
+
+def _gate_element_s(gates: int, coef: CostCoefficients) -> float:
+    """Probed seconds of one hidden cell's gate activations in a step: an LSTM's three sigmoids and
+    two tanhs, a GRU's two and one, a plain RNN's one tanh (0 where the probe timed none)."""
+    rates = coef.extra.get("element_s", {})
+    sigmoids, tanhs = {4: (3, 2), 3: (2, 1)}.get(gates, (0, 1))
+    return sigmoids * rates.get("sigmoid", 0.0) + tanhs * rates.get("tanh", 0.0)
 
 
 def element_seconds(op: OpRecord, coef: CostCoefficients) -> float:

@@ -452,12 +452,16 @@ def cpu_coefficients(result: ProbeResult) -> CostCoefficients:
         # 219 random depthwise backward passes on a 2-thread Xeon, 2026-11-25; kernels.depthwise_seconds).
         compute_eff={"conv_dw": 0.2, "conv_dw:fwd": 0.25, "conv_dw:bwd": 0.12,
                      "conv_dw:wgrad_gemm:fits": 0.0175, "conv_dw:wgrad_gemm:spill": 0.008},
-        # oneDNN's LSTM layers: a fixed cost per time step in small ops of this host, beyond the
-        # step's GEMMs (measured on a 2-thread Xeon with AMX: fp32 ~2 us, bf16 14 us forward and
-        # 17 us backward, where the bf16 backward's GEMMs also ran at 1.6x their time).
-        recurrent={"cpu_step_s": small, **{f"cpu_step_s:{direction}:{half}": ops * small for half in ("bf16", "fp16")
-                                           for direction, ops in (("fwd", 7), ("bwd", 8))},
-                   "cpu_gemm_scale:bwd:bf16": 1.6, "cpu_gemm_scale:bwd:fp16": 1.6},
+        # oneDNN's LSTM layers beyond their GEMMs (kernels.cpu_recurrent_seconds), fitted on 22 LSTMs on
+        # a 2-thread Xeon with AMX: each step's gate activations (forward once their probed time,
+        # backward 3x), a call's set-up (50 small ops forward, 20 backward), a half-precision step's
+        # fixed cost (4 small ops forward, 8 backward); fp32 forward GEMMs ran at 1.2x their time,
+        # bf16 backward ones at 1.6x.
+        recurrent={"cpu_gate:fwd": 1.0, "cpu_gate:bwd": 3.0, "cpu_setup_s:fwd": 50 * small,
+                   "cpu_setup_s:bwd": 20 * small,
+                   **{f"cpu_step_s:{direction}:{half}": ops * small for half in ("bf16", "fp16")
+                      for direction, ops in (("fwd", 4), ("bwd", 8))},
+                   "cpu_gemm_scale:fwd:fp32": 1.2, "cpu_gemm_scale:bwd:bf16": 1.6, "cpu_gemm_scale:bwd:fp16": 1.6},
         source=f"CPU probe: {result.device_name}",
         # Batch norm's GPU penalties for few channels and small feature maps (an SM per channel)
         # are not a CPU's, which splits a channel's rows among its threads.

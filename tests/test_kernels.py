@@ -485,11 +485,16 @@ def test_a_cpus_batch_norm_has_no_gpus_penalty_for_few_channels_or_small_maps():
     assert kernel_seconds(op, h100, HOPPER) > 1.5 * kernel_seconds(op, h100, plain)  # the GPU keeps them
 
 
-def test_a_cpus_onednn_lstm_layer_is_priced_as_its_gemms_and_steps():
+def test_a_cpus_onednn_lstm_layer_is_priced_as_its_gemms_gate_arithmetic_and_set_up():
     """CPUs with native bf16 run ``nn.LSTM`` as one oneDNN op per layer (``mkldnn_rnn_layer``), which
     was classed as a pointwise op without FLOPs: a 2-layer LSTM language model's CPU step was
-    predicted at 14 ms and measured at 60 ms."""
-    device, coef = _toy_cpu()
+    predicted at 14 ms and measured at 60 ms. Its GEMMs alone left out each step's gate activations
+    and each call's set-up: 22 fp32 LSTMs on a 2-thread Xeon were predicted 0.83x their time (median)."""
+    from ptp_callback.probe import ProbeResult, cpu_coefficients, cpu_spec
+
+    probed = ProbeResult("toy cpu", torch.__version__, 2, {"fp32": {"64x1024x1024": 0.5, "512": 1.0}}, 50.0, 2e-6,
+                         4e-6, 0.1, 100.0, element_s={"sigmoid": 1e-9, "tanh": 2e-9})
+    device, coef = cpu_spec(probed), cpu_coefficients(probed)
     batch, seq, inp, hidden = 32, 64, 128, 256
     with FakeTensorMode():
         # As nn.LSTM(batch_first=True) calls it: the input already transposed to (seq, batch, input).
@@ -505,10 +510,19 @@ def test_a_cpus_onednn_lstm_layer_is_priced_as_its_gemms_and_steps():
         smallest = min(m, n, k)
         return 2.0 * m * n * k / (1e12 * smallest / (smallest + 64))
 
-    # The input projection over all steps, then one recurrent GEMM and one small op per step.
-    expected = gemm(batch * seq, 4 * hidden, inp) + seq * (gemm(batch, 4 * hidden, hidden) + 2e-6)
+    # The input projection over all steps and one recurrent GEMM per step (fp32 forward GEMMs at
+    # 1.2x their time), each step's 3 sigmoids and 2 tanhs over its 32 x 256 cells, the call's set-up.
+    gates = batch * hidden * (3 * 1e-9 + 2 * 2e-9)
+    gemms = gemm(batch * seq, 4 * hidden, inp) + seq * gemm(batch, 4 * hidden, hidden)
+    expected = 1.2 * gemms + seq * gates + 50 * 2e-6
     op = OpRecord(str(func), "forward", "", cost)
     assert math.isclose(kernel_seconds(op, device, coef), expected, rel_tol=1e-9)
+    # Backward: the data- and weight-gradient GEMMs, the gates' gradients at 3x their activations' time.
+    back = replace(cost, backward=True)
+    gemms = (gemm(batch * seq, inp, 4 * hidden) + gemm(inp, 4 * hidden, batch * seq)
+             + seq * (gemm(batch, hidden, 4 * hidden) + gemm(hidden, 4 * hidden, batch)))
+    expected = gemms + seq * 3 * gates + 20 * 2e-6
+    assert math.isclose(kernel_seconds(OpRecord(str(func), "backward", "", back), device, coef), expected, rel_tol=1e-9)
 
 
 def test_a_cpus_convolutions_cost_their_call_and_run_at_their_familys_share_of_the_gemm_rate():
