@@ -76,8 +76,8 @@ def _device_name(device: torch.device) -> str:
 def _cache_path(device: torch.device) -> str:
     # v3: fp32 GEMM rates timed at full matmul precision; older caches may hold bf16 or TF32 rates.
     # v4: the first-touch cost of fresh allocations, which older caches lack.
-    # v5: a CPU's copy rate beyond its caches, which older caches lack.
-    key = hashlib.sha1(f"{_device_name(device)}|{torch.__version__}|v5".encode()).hexdigest()[:16]
+    # v6: a CPU's pooling times, which older caches lack.
+    key = hashlib.sha1(f"{_device_name(device)}|{torch.__version__}|v6".encode()).hexdigest()[:16]
     return os.path.join(cache_dir(), f"probe-{device.type}-{key}.json")
 
 
@@ -230,14 +230,25 @@ def element_ops(n: int, device: torch.device) -> dict[str, Callable[[], object]]
     fp32 elements (a multiple of 256, the softmax rows' length).
 
     A CPU draws random numbers one by one (``bernoulli_``, behind dropout, took 11 ns an element on
-    a 2-core EPYC, 80 times a copy's 0.13) and evaluates transcendental functions in software
-    (``tanh`` 2.5 ns, ``exp`` 0.8). A GPU does both at its memory bandwidth."""
+    a 2-core EPYC, 80 times a copy's 0.13), evaluates transcendental functions in software
+    (``tanh`` 2.5 ns, ``exp`` 0.8) and pools NCHW maps window by window (a 2x2 max pool with its
+    indices 2.2 ns an input element on a 2-thread Xeon, 15 times a copy; an audio convnet's two
+    max pools took 11.5 ms of its 30 ms forward, priced 5.3 by their bytes). A GPU does all of them
+    at its memory bandwidth. Pools are timed over 2x2 windows; a time is per element of the op's
+    largest tensor (:func:`kernels.element_seconds`)."""
     aten = torch.ops.aten
     x = torch.randn(n, device=device)
     grad, positive, out = torch.randn_like(x), x.abs() + 0.1, torch.empty_like(x)
     rows, grad_rows = x.view(-1, 256), grad.view(-1, 256)
     log_probs = torch.log_softmax(rows, -1)
+    maps = x.view(-1, 1, 16, 16)
+    pooled, indices = aten.max_pool2d_with_indices(maps, [2, 2], [2, 2])
+    pooled_grad = torch.randn_like(pooled)
     return {
+        "max_pool2d_with_indices": lambda: aten.max_pool2d_with_indices(maps, [2, 2], [2, 2]),
+        "max_pool2d_with_indices_backward": lambda: aten.max_pool2d_with_indices_backward(
+            pooled_grad, maps, [2, 2], [2, 2], [0, 0], [1, 1], False, indices),
+        "avg_pool2d": lambda: aten.avg_pool2d(maps, [2, 2], [2, 2]),
         "bernoulli_": lambda: out.bernoulli_(0.9),
         "native_dropout": lambda: aten.native_dropout(x, 0.1, True),
         "uniform_": lambda: out.uniform_(),

@@ -152,6 +152,24 @@ def test_a_cpu_prices_dropout_by_the_random_numbers_it_draws():
     assert predicted(0.5) - predicted(0.0) > 512 * 256 * per_element
 
 
+def test_a_cpu_prices_max_pooling_by_its_probed_time_per_element():
+    from ptp_callback.probe import probe_device
+
+    class EveryOther(nn.Module):  # the max pool's output shape, as a strided view
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x[..., ::2, ::2]
+
+    def predicted(pool: nn.Module) -> float:
+        model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), pool, nn.Flatten(), nn.Linear(32 * 32 * 32, 10))
+        b = (torch.randn(16, 3, 64, 64), torch.randint(0, 10, (16,)))
+        return ptp.predict_step(model, b, ce_step, precision="32-true", device="cpu").step_s
+
+    # A CPU's max pool compares and indexes window by window (15x a copy's time per element on a
+    # 2-thread Xeon): priced at the probed time per input element, not by its bytes.
+    per_element = probe_device(torch.device("cpu")).element_s["max_pool2d_with_indices"]
+    assert predicted(nn.MaxPool2d(2)) - predicted(EveryOther()) > 0.8 * 16 * 32 * 64 * 64 * per_element
+
+
 def test_op_classes_timed_in_isolation_give_class_corrections():
     from ptp_callback.calibrate import measure_op_classes
     from ptp_callback.step import resolve_device
