@@ -31,7 +31,7 @@ broad shape grids (``benchmarks/fit_coefficients.py``), never on a model:
   cuDNN's persistent kernels run the layer), backward the same plus the weight-gradient GEMMs.
 * everything else: bytes over bandwidth at the class's efficiency, plus the class's latency; on a
   CPU never less than its elements at the probed time per element of that op, where the probe
-  measured one (random numbers, transcendental functions: ``probe.element_ops``).
+  measured one (random numbers, transcendental functions, pooling: ``probe.element_ops``).
 
 Plus a fixed floor per kernel.
 """
