@@ -423,11 +423,13 @@ def _spatial(shape: torch.Size) -> int:
 
 
 def _conv_dims(func: torch._ops.OpOverload, args: tuple, kwargs: dict, out: list[torch.Tensor]) -> tuple[int, ...]:
-    """``(n, c_in, c_out, in_pixels, out_pixels, kernel_pixels, groups, stride, slack)`` of a convolution.
+    """``(n, c_in, c_out, in_pixels, out_pixels, kernel_pixels, groups, stride, filter_width,
+    height_slack)`` of a convolution.
 
-    ``slack``: over the spatial axes, the least of input side - (filter side + the rows a stride
-    skips at the padded start), negative when some input side cannot hold the filter; oneDNN's
-    depthwise weight-gradient kernel needs it >= 0 (:func:`kernels.depthwise_seconds`).
+    ``filter_width``: the filter's last side; ``height_slack``: the input's height less the filter's
+    and the rows a stride skips at the padded start (0 without a height axis), negative when the
+    input cannot hold the filter. oneDNN's direct depthwise weight-gradient kernel needs a width
+    up to 3 and a slack of 0 or more (:func:`kernels.depthwise_seconds`).
     """
     try:
         if func.overloadpacket.__name__ == "convolution_backward":
@@ -438,19 +440,25 @@ def _conv_dims(func: torch._ops.OpOverload, args: tuple, kwargs: dict, out: list
             result = out[0]
         groups = int(_arg(func, args, kwargs, "groups", 1) or 1)
         stride = _arg(func, args, kwargs, "stride", [1])
+        padding = _arg(func, args, kwargs, "padding", [0])
         return (int(data.shape[0]), int(data.shape[1]), int(weight.shape[0]), _spatial(data.shape),
                 _spatial(result.shape), math.prod(weight.shape[2:]), groups, int(max(stride) if stride else 1),
-                _filter_slack(data.shape[2:], weight.shape[2:], stride, _arg(func, args, kwargs, "padding", [0])))
+                int(weight.shape[-1]) if weight.dim() > 2 else 1,
+                _height_slack(data.shape[2:], weight.shape[2:], stride, padding))
     except (AttributeError, IndexError, TypeError):
         return ()
 
 
-def _filter_slack(sides: Sequence[int], filter_sides: Sequence[int], stride: Sequence[int],
+def _height_slack(sides: Sequence[int], filter_sides: Sequence[int], stride: Sequence[int],
                   padding: Sequence[int]) -> int:
-    def per_axis(values: Sequence[int], axis: int) -> int:
-        return int(values[axis] if len(values) > axis else values[0]) if values else 0
-    return min((int(side) - int(k) - (-per_axis(padding, i)) % max(1, per_axis(stride, i))
-                for i, (side, k) in enumerate(zip(sides, filter_sides))), default=0)
+    if len(sides) < 2:
+        return 0
+    axis = len(sides) - 2
+
+    def at(values: Sequence[int], default: int) -> int:
+        return int(values[axis] if len(values) > axis else values[0]) if values else default
+
+    return int(sides[axis]) - int(filter_sides[axis]) - (-at(padding, 0)) % max(1, at(stride, 1))
 
 
 # The kernel families :func:`conv_family` names for convolutions that are not depthwise.

@@ -261,10 +261,12 @@ def depthwise_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) 
 
 def _onednn_depthwise_weight_grad_by_gemm(dims: tuple[int, ...]) -> bool:
     """Whether oneDNN computes this depthwise weight gradient with its im2col + GEMM fallback: its
-    direct kernel takes filters up to 3x3 over inputs whose every side holds the filter (plus the
-    rows a stride skips at the padded start), so 5x5 and 7x7 filters, and 3x3 ones over 2x2 maps
-    (or 3x3 ones at stride 2), fall back (oneDNN's verbose log, PyTorch 2.14 on a Xeon)."""
-    return len(dims) > 8 and (dims[5] > 9 or dims[8] < 0)
+    direct kernel takes filters up to 3 wide over inputs whose height holds the filter plus the rows
+    a stride skips at the padded start, so 5x5 and 7x7 filters (and 1-D ones over 3), and 3x3 ones
+    over 2-row maps (or 3-row ones at stride 2), fall back; 5x3 and 7x1 ones do not (oneDNN's
+    verbose log, PyTorch 2.14 on a Xeon). A backward computing only the data gradient (frozen
+    weights) is priced as if it computed the weight gradient alone."""
+    return len(dims) > 9 and (dims[8] > 3 or dims[9] < 0)
 
 
 def _depthwise_pass_flops(dims: tuple[int, ...]) -> float:
@@ -282,7 +284,7 @@ def _depthwise_gemm_weight_grad_seconds(dims: tuple[int, ...], device: DeviceSpe
     GEMM (a fixed cost each, then multiply-adds at a low share of the peak).
 
     On a 2-thread Xeon over 219 random depthwise backward passes (3x3-7x7, 2x2-56x56 maps, 16-1152
-    channels), median error 28% -> 16%, and 12-13% for those with this fallback; EfficientNet-B0's
+    channels), median error 36% -> 18%, and 14% for those with this fallback; EfficientNet-B0's
     1152-channel 5x5 one over 2x2 maps took 4.6 ms, priced 1.0 ms at one rate by filter size.
     """
     n, c_in, _c_out, _in_px, out_px, kernel = dims[:6]

@@ -572,7 +572,7 @@ def test_a_cpus_depthwise_weight_gradient_beyond_onednns_direct_kernel_is_an_im2
     # The toy CPU's fp32 peak is 1 TFLOP/s. A 3x3 filter over 12x12 maps: the direct kernel, both passes
     # at 12% of it (or their bytes).
     direct, direct_flops, direct_cost = backward(3, 12)
-    assert direct_cost.dims[8] == 12 - 3 >= 0 and direct >= call + direct_flops / 0.12e12
+    assert direct_cost.dims[8:] == (3, 12 - 3) and direct >= call + direct_flops / 0.12e12
     # A 5x5 one: the data gradient still direct, the weight gradient 16 x 240 GEMMs at 1.75% of the peak
     # (a column of 25 taps x 144 pixels fits the caches).
     fallback, fallback_flops, fallback_cost = backward(5, 12)
@@ -583,12 +583,27 @@ def test_a_cpus_depthwise_weight_gradient_beyond_onednns_direct_kernel_is_an_im2
     assert fallback > 4 * direct
     # A 3x3 filter over 2x2 maps does not fit them; over 3x3 maps it does, unless a stride of 2 skips
     # the padded first row.
-    assert backward(3, 2)[2].dims[8] < 0 and backward(3, 3)[2].dims[8] == 0 and backward(3, 3, stride=2)[2].dims[8] < 0
+    assert backward(3, 2)[2].dims[9] < 0 and backward(3, 3)[2].dims[9] == 0 and backward(3, 3, stride=2)[2].dims[9] < 0
     tiny, tiny_flops, _ = backward(3, 2)
     assert tiny >= call + 16 * 240 * per_map + tiny_flops / 2 / 0.0175e12
     # A 7x7 filter over 28x28 maps: a column of 49 x 784 pixels outgrows the caches, 0.8% of the peak.
     spill, spill_flops, _ = backward(7, 28)
     assert spill >= call + 16 * 240 * per_map + spill_flops / 2 / 0.008e12
+
+    def seconds(shape: tuple[int, ...], filter_sides: tuple[int, ...]) -> float:
+        with FakeTensorMode():
+            x, w = torch.randn(16, 240, *shape), torch.randn(240, 1, *filter_sides)
+            pad, ones = [k // 2 for k in filter_sides], [1] * len(shape)
+            func = torch.ops.aten.convolution_backward.default
+            args = (torch.randn(16, 240, *shape), x, w, None, ones, pad, ones, False, [0] * len(shape), 240,
+                    [True, True, False])
+            cost = describe_op(func, args, {}, func(*args), matmul_tf32=False, conv_tf32=False, phase="backward")
+        return kernel_seconds(OpRecord(str(func), "backward", "", cost), device, coef)
+
+    # Only the filter's width and the input's height count: a 5x3 filter runs the direct kernel, a 3x5
+    # one falls back; in 1-D (no height) a filter of 3 over 2 steps runs it, one of 5 does not.
+    assert seconds((12, 12), (3, 5)) > 3 * seconds((12, 12), (5, 3))
+    assert seconds((12,), (5,)) > 3 * seconds((12,), (3,)) and seconds((2,), (3,)) < 1.5 * call
 
 
 def test_an_embedding_lookup_moves_the_rows_it_selects_not_the_whole_table():

@@ -69,6 +69,9 @@ def test_best_of_two_probes_keeps_each_faster_reading():
 def test_a_cpu_draws_random_numbers_and_computes_transcendentals_slower_than_it_copies(tmp_path, monkeypatch):
     monkeypatch.setenv("PTP_CACHE_DIR", str(tmp_path))
     result = probe_device(torch.device("cpu"))
+    # The best of two probes, as the cache keeps: one taken while another process held the cores
+    # read a 0.5 GB/s in-cache copy.
+    result = probe._best_of(result, probe._measure(torch.device("cpu")))
     copy_s = 8 / (result.cache_copy_gbps * 1e9)  # an fp32 element read and written, in the caches
     assert set(result.element_s) == set(probe.element_ops(256, torch.device("cpu")))
     assert result.element_s["bernoulli_"] > 4 * copy_s and result.element_s["tanh"] > 2 * copy_s
