@@ -461,6 +461,13 @@ def _height_slack(sides: Sequence[int], filter_sides: Sequence[int], stride: Seq
     return int(sides[axis]) - int(filter_sides[axis]) - (-at(padding, 0)) % max(1, at(stride, 1))
 
 
+def conv_pass_flops(dims: tuple[int, ...]) -> float:
+    """FLOPs of one pass of a convolution of ``dims`` (forward, data or weight gradient alike): its
+    output pixels x output channels x the multiply-adds of one group's filter."""
+    n, c_in, c_out, _in_px, out_px, kernel, groups = dims[:7]
+    return 2.0 * n * out_px * c_out * (c_in // groups) * kernel
+
+
 # The kernel families :func:`conv_family` names for convolutions that are not depthwise.
 CONV_FAMILIES: tuple[str, ...] = ("dense", "dense_3x3", "pointwise", "strided_pointwise", "grouped")
 
@@ -704,8 +711,7 @@ def describe_op(
             # flop_counter's backward formula ignores groups (PyTorch 2.14 counts a depthwise 3x3
             # backward 65x too high); each gradient pass does the forward's multiply-adds.
             mask = _arg(func, args, kwargs, "output_mask", [True, True, False])
-            n, c_in, c_out, _in_px, out_px, kernel, groups, _stride = dims[:8]
-            flops = 2.0 * n * out_px * c_out * (c_in // groups) * kernel * sum(1 for on in mask[:2] if on)
+            flops = conv_pass_flops(dims) * sum(1 for on in mask[:2] if on)
         if kernel_family == "depthwise":
             op_class = "conv_dw"
             if _cudnn_depthwise(func, args, kwargs):

@@ -92,6 +92,11 @@ class _Meter:
             self.values[32:] = self.values[33:] + [self.current]
         self.current = 0.0
 
+    def add_to_last(self, seconds: float) -> None:
+        """Charge ``seconds`` more to the last closed occurrence."""
+        self.total += seconds
+        self.values[-1] += seconds
+
 
 class _BatchTimes:
     """Steady seconds per training batch: warm-up dropped, then a mean over the latest batches.
@@ -290,8 +295,7 @@ class RunForecaster:
             # 1.1 s against 0.17). That excess is the epoch's, as the plan counts it.
             excess = max(0.0, meter.current - steady)
             meter.current -= excess
-            epoch.total += excess
-            epoch.values[-1] += excess
+            epoch.add_to_last(excess)
         self.batches.add(meter.current)
         meter.close()
         self.position += 1

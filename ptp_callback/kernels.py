@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 
 from . import grouped_gemm
 from .coefficients import CostCoefficients, pick
-from .costs import DTYPE_KEYS, OpCost, rnn_layer_inputs
+from .costs import DTYPE_KEYS, OpCost, conv_pass_flops, rnn_layer_inputs
 
 if TYPE_CHECKING:
     from .devices import DeviceSpec
@@ -253,7 +253,7 @@ def depthwise_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) 
     flops, gemm_weight_grad = cost.flops, 0.0
     if cost.backward and _cpu_rooflines(coef) and _onednn_depthwise_weight_grad_by_gemm(cost.dims):
         # The weight gradient is not the direct kernel's: priced apart, the rest at the direct rate.
-        flops = cost.flops - _depthwise_pass_flops(cost.dims)
+        flops = cost.flops - conv_pass_flops(cost.dims)
         gemm_weight_grad = _depthwise_gemm_weight_grad_seconds(cost.dims, device, coef)
     return (max(flops / rate, memory) + gemm_weight_grad + bias
             + pick(coef.latency_s, ("conv_dw", direction, key), 0.0))
@@ -267,11 +267,6 @@ def _onednn_depthwise_weight_grad_by_gemm(dims: tuple[int, ...]) -> bool:
     verbose log, PyTorch 2.14 on a Xeon). A backward computing only the data gradient (frozen
     weights) is priced as if it computed the weight gradient alone."""
     return len(dims) > 9 and (dims[8] > 3 or dims[9] < 0)
-
-
-def _depthwise_pass_flops(dims: tuple[int, ...]) -> float:
-    n, _c_in, c_out, _in_px, out_px, kernel = dims[:6]
-    return 2.0 * n * out_px * c_out * kernel
 
 
 # Beyond this column buffer per image and channel (filter taps x output pixels x 4 bytes) the
@@ -291,7 +286,7 @@ def _depthwise_gemm_weight_grad_seconds(dims: tuple[int, ...], device: DeviceSpe
     spill = kernel * out_px * 4 > _DW_GEMM_COLUMN_BYTES
     share = pick(coef.compute_eff, ("conv_dw", "wgrad_gemm", "spill" if spill else "fits"), 0.01)
     per_map = pick(coef.latency_s, ("conv_dw", "wgrad_gemm", "per_map"), 0.0)
-    return n * c_in * per_map + _depthwise_pass_flops(dims) / (share * peak_flops(device, "fp32"))
+    return n * c_in * per_map + conv_pass_flops(dims) / (share * peak_flops(device, "fp32"))
 
 
 def attention_seconds(op: OpRecord, device: DeviceSpec, coef: CostCoefficients) -> float:

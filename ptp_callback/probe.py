@@ -76,6 +76,7 @@ def _device_name(device: torch.device) -> str:
 def _cache_path(device: torch.device) -> str:
     # v3: fp32 GEMM rates timed at full matmul precision; older caches may hold bf16 or TF32 rates.
     # v4: the first-touch cost of fresh allocations, which older caches lack.
+    # v5: a CPU's copy rate beyond its caches, which older caches lack.
     # v6: a CPU's pooling times, which older caches lack.
     key = hashlib.sha1(f"{_device_name(device)}|{torch.__version__}|v6".encode()).hexdigest()[:16]
     return os.path.join(cache_dir(), f"probe-{device.type}-{key}.json")
@@ -457,8 +458,8 @@ def cpu_coefficients(result: ProbeResult) -> CostCoefficients:
                    "conv_dw:wgrad_gemm:per_map": 0.09 * small},
         host_call_s={},
         host_class_s={},
-        # oneDNN's depthwise weight gradient beyond its direct kernel (filters over 3x3, maps too small
-        # for the filter) is an im2col and a GEMM per image and channel: about 0.09 small ops each,
+        # oneDNN's depthwise weight gradient beyond its direct kernel (filters wider than 3, inputs too
+        # short for the filter) is an im2col and a GEMM per image and channel: about 0.09 small ops each,
         # then 1.75% of the GEMM peak, 0.8% once a column buffer outgrows the core's caches (fitted on
         # 219 random depthwise backward passes on a 2-thread Xeon, 2026-11-25; kernels.depthwise_seconds).
         compute_eff={"conv_dw": 0.2, "conv_dw:fwd": 0.25, "conv_dw:bwd": 0.12,
