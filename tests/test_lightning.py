@@ -192,6 +192,51 @@ def test_the_plan_says_that_early_stopping_may_end_the_fit_sooner():
     assert plan.endswith("; EarlyStopping may end it sooner")
 
 
+class Tunable(Tiny):
+    """Its loaders follow ``batch_size``, which Lightning's tuner changes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batch_size, self.lr = 2, 1e-3
+
+    def train_dataloader(self):
+        return loaders(batch_size=self.batch_size)[0]
+
+    def val_dataloader(self):
+        return loaders(batch_size=self.batch_size)[1]
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=self.lr)
+
+
+def test_after_the_tuners_trial_runs_the_fit_is_planned_once_at_the_tuned_batch_size(tmp_path):
+    from lightning.pytorch.tuner import Tuner
+
+    lines = Lines()
+    logger = logging.getLogger("lightning.pytorch.ptp_callback")
+    level = logger.level
+    logger.addHandler(lines)
+    logger.setLevel(logging.INFO)
+    module = Tunable()
+    fit = trainer([PrecisionTimeCallback()], enable_progress_bar=False, default_root_dir=tmp_path)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            tuner = Tuner(fit)
+            tuner.scale_batch_size(module, max_trials=3, steps_per_trial=2)  # 2, 4, then 8
+            tuner.lr_find(module, num_training=10)
+            fit.fit(module)
+            fit.validate(module, verbose=False)
+    finally:
+        logger.removeHandler(lines)
+        logger.setLevel(level)
+    assert module.batch_size == 8
+    assert not [w for w in caught if isinstance(w.message, PtpWarning)]
+    plans = [m for m in lines.lines if m.startswith("ptp: predicted fit ")]
+    assert len(plans) == 1 and "(64 batches)" in plans[0]  # 256 samples / 8, two epochs
+    assert len([m for m in lines.lines if m.startswith("ptp: fit took")]) == 1
+
+
 class Lazy(Tiny):
     def __init__(self) -> None:
         super().__init__()
