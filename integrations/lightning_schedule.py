@@ -65,7 +65,7 @@ from ptp_callback.checkpoints import CheckpointSettings, save_positions
 from ptp_callback.run_prediction import CheckpointFacts
 from ptp_callback.schedule import EPOCH_END, FitSchedule, FitStart, build_schedule
 
-__all__ = ["read_checkpoints", "read_schedule", "time_limit_used", "with_epoch_length"]
+__all__ = ["read_checkpoints", "read_schedule", "time_limit_cycle", "time_limit_used", "with_epoch_length"]
 
 
 def read_schedule(trainer: "pl.Trainer") -> FitSchedule:
@@ -216,6 +216,21 @@ def with_epoch_length(trainer: "pl.Trainer", schedule: FitSchedule,
     ``batches_per_epoch`` (what its first epoch ran), and the saves on it."""
     relaid = schedule.with_epoch_length(batches_per_epoch)
     return relaid, read_checkpoints(trainer, relaid)[0]
+
+
+# Epochs laid out to sample the work of a fit that only max_time ends: every cadence of 1, 2, 3,
+# 4, 6 or 12 epochs (validation, saves) repeats whole within them.
+CYCLE_EPOCHS = 12
+
+
+def time_limit_cycle(trainer: "pl.Trainer",
+                     schedule: FitSchedule) -> tuple[FitSchedule, tuple[int, ...]] | None:
+    """For a fit that only ``max_time`` ends: a few of its epochs laid out, and the saves on them
+    (``None`` for any other fit, or when its epochs have no known length)."""
+    if schedule.max_time_s is None or schedule.total_batches is not None or not schedule.batches_per_epoch:
+        return None
+    cycle = schedule.with_epochs(CYCLE_EPOCHS)
+    return cycle, read_checkpoints(trainer, cycle)[0]
 
 
 def time_limit_used(trainer: "pl.Trainer") -> float:

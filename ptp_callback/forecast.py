@@ -186,6 +186,9 @@ class RunForecaster:
         relayout: for a schedule without an epoch length (a train iterable without ``len``): given
             the batches of the first whole epoch, the schedule and save positions of the fit with
             epochs that long. Called once, at that epoch's end; the fit has an ETA from then on.
+        cycle: for a fit that only ``max_time`` ends (no epoch or step limit): the schedule and
+            save positions of a few of its epochs. Their mix of training, validation, epoch starts
+            and saves splits the time limit among the parts (the total does not depend on it).
     """
 
     def __init__(
@@ -198,9 +201,11 @@ class RunForecaster:
         warmup_batches: int = 3,
         min_window: int = 50,
         relayout: Callable[[int], tuple[FitSchedule, tuple[int, ...]]] | None = None,
+        cycle: tuple[FitSchedule, tuple[int, ...]] | None = None,
     ) -> None:
         self.schedule = schedule
         self.relayout = relayout
+        self.cycle = cycle
         self.plan = plan
         self.saves = tuple(sorted(saves))
         self.save_every_s = save_every_s
@@ -638,11 +643,32 @@ class RunForecaster:
         stop_val = 0.0
         if self._validates_at_a_stop():
             stop_val = next_left.get("val", self._unit("val")[0] or 0.0)
+        warmup = min(left["warmup"], limit_left) if counts["train"] is not None else 0.0
+        shares = self._time_limit_shares(left if counts["train"] is not None else None)
         for kind in phase:
-            left[kind] = 0.0
-        left["train"] = limit_left
-        left["val"] = stop_val
-        left["save"] = final_save
+            left[kind] = shares.get(kind, 0.0) * (limit_left - warmup)
+        left["warmup"] = warmup
+        left["val"] += stop_val
+        left["save"] += final_save
+
+    def _time_limit_shares(self, scheduled: dict[str, float] | None) -> dict[str, float]:
+        """How the time a ``max_time`` limit leaves divides among training, validation, epoch
+        starts and saves: as the schedule's remaining work does, or, for a fit without another
+        limit, as the work of :attr:`cycle` does (all training when neither is known)."""
+        kinds = ("train", "val", "epoch", "save")
+        if scheduled is not None:
+            weights = {kind: scheduled[kind] for kind in kinds}
+        elif self.cycle is not None and self.cycle[0].total_batches:
+            cycle, saves = self.cycle
+            occurrences = {"train": cycle.total_batches, "val": len(cycle.val_after_batches),
+                           "epoch": len(cycle.epoch_starts), "save": len(saves)}
+            weights = {kind: n * (self._unit(kind)[0] or 0.0) for kind, n in occurrences.items()}
+        else:
+            weights = {}
+        total = sum(weights.values())
+        if total <= 0:
+            return {"train": 1.0}
+        return {kind: weight / total for kind, weight in weights.items()}
 
     def _predicted_at_step_one(self, t: float) -> dict[str, Part]:
         """Each part as the ETA counts it at the first training batch, so that the parts add up to

@@ -172,8 +172,25 @@ class FitSchedule:
         >>> s.with_epoch_length(10).total_batches, s.with_epoch_length(10).val_after_batches
         (30, (10, 20, 30))
         """
+        return self._laid_out(batches_per_epoch, self.max_epochs)
+
+    def with_epochs(self, epochs: int) -> FitSchedule:
+        """The same fit cut after ``epochs`` epochs from its start: a sample of the work of a fit
+        that only a time limit ends.
+
+        >>> s = build_schedule(batches_per_epoch=10, max_epochs=None, max_steps=None,
+        ...                    val_check_batch=5, check_val_every_n_epoch=2, val_batches_per_run=2)
+        >>> s.total_batches is None
+        True
+        >>> cut = s.with_epochs(4)
+        >>> cut.total_batches, cut.val_after_batches, cut.epoch_starts
+        (40, (15, 20, 35, 40), (0, 10, 20, 30))
+        """
+        return self._laid_out(self.batches_per_epoch, self.start_epoch + epochs)
+
+    def _laid_out(self, batches_per_epoch: int | None, max_epochs: int | None) -> FitSchedule:
         return build_schedule(
-            batches_per_epoch=batches_per_epoch, accumulate=self.accumulate, max_epochs=self.max_epochs,
+            batches_per_epoch=batches_per_epoch, accumulate=self.accumulate, max_epochs=max_epochs,
             max_steps=self.max_steps, val_check_batch=self.val_check_batch,
             check_val_every_n_epoch=self.check_val_every_n_epoch, val_batches_per_run=self.val_batches_per_run,
             val_every_s=self.val_every_s, sanity_batches=self.sanity_batches, max_time_s=self.max_time_s,

@@ -195,6 +195,34 @@ def test_max_time_caps_a_longer_schedule():
     assert forecaster.remaining_s(10.0) == pytest.approx(40.0 + 2.0)
 
 
+def test_the_time_a_max_time_limit_leaves_is_split_among_the_parts_as_the_fit_spends_it():
+    # Only the limit ends this fit: each epoch is 10 batches of 1 s, a validation run of 1 + 2 x 0.5 s,
+    # an epoch start of 1 s and a save of 2 s, so 10/15 of the limit trains, 2/15 validates, 1/15
+    # starts epochs and 2/15 saves; a stop then validates and saves once more before the end.
+    schedule = build_schedule(batches_per_epoch=10, max_epochs=None, max_steps=None, val_check_batch=EPOCH_END,
+                              check_val_every_n_epoch=1, val_batches_per_run=2, max_time_s=150.0)
+    cycle = schedule.with_epochs(12)
+    cycle_saves = save_positions(cycle, CheckpointSettings())  # Lightning's default: one at each epoch's end
+    assert len(cycle_saves) == 12
+    plan = RunPlan(train_batch_s=1.0, val_batch_s=0.5, val_run_s=1.0, epoch_s=1.0, save_s=2.0, end_s=2.0)
+    forecaster = RunForecaster(schedule, plan, saves=(), cycle=(cycle, cycle_saves))
+    forecaster.fit_start(0.0)
+    forecaster.train_start(0.0)
+    parts = forecaster.parts(0.0)
+    left = {kind: parts[kind].left_s for kind in ("train", "val", "epoch", "save", "end")}
+    assert left == pytest.approx({"train": 100.0, "val": 20.0 + 2.0, "epoch": 10.0, "save": 20.0, "end": 2.0})
+    assert forecaster.remaining_s(0.0) == pytest.approx(150.0 + 2.0 + 2.0)  # the split moves no second
+    # A schedule longer than the limit splits it as its own remaining work does.
+    longer = build_schedule(batches_per_epoch=10, max_epochs=100, max_steps=None, val_check_batch=EPOCH_END,
+                            check_val_every_n_epoch=1, val_batches_per_run=2, max_time_s=150.0)
+    forecaster = RunForecaster(longer, plan, saves=save_positions(longer, CheckpointSettings()))
+    forecaster.fit_start(0.0)
+    forecaster.train_start(0.0)
+    parts = forecaster.parts(0.0)
+    left = {kind: parts[kind].left_s for kind in ("train", "val", "epoch", "save")}
+    assert left == pytest.approx({"train": 100.0, "val": 20.0 + 2.0, "epoch": 10.0, "save": 20.0 + 2.0}, rel=0.01)
+
+
 def test_time_based_validation_is_counted_from_its_interval():
     schedule = schedule_of(max_epochs=1, val_check_batch=None, val_every_s=4.0, sanity_batches=0)
     forecaster = RunForecaster(schedule, RunPlan(train_batch_s=1.0, val_batch_s=0.5, val_run_s=1.0))
