@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import math
 import time
 import warnings
@@ -96,6 +97,20 @@ class TraceError(RuntimeError):
 
 class TraceWarning(UserWarning):
     """The trace holds ops the cost model has no rule for (priced by the bytes they move)."""
+
+
+@contextlib.contextmanager
+def _quiet_fake_tensor_log() -> Iterator[None]:
+    """``FakeTensorMode`` logs a whole traceback at ERROR level when an op's meta kernel raises;
+    the trace turns that failure into one :class:`TraceError` naming the op, which the callback
+    shows as its one warning."""
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 @dataclass(frozen=True, slots=True)
@@ -679,7 +694,7 @@ def trace_step(
         def trace() -> Trace:
             # Every trace (the shortened ones included) starts from the user's generators and leaves
             # them there: the step draws what it would draw next, the same in each trace.
-            with rng_preserved():
+            with rng_preserved(), _quiet_fake_tensor_log():
                 return _trace(model, batch, step_fn, optimizer, precision, where, target_type, train)
 
         return _shortest(model, precision, trace) if extrapolate_repeats else trace()

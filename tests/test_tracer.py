@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import resource
 import warnings
 
@@ -197,6 +198,37 @@ def test_untraceable_model_names_the_op():
         trace_step(DataDependent(), (torch.randn(4, 8),), lambda m, b: m(*b), None, "32-true")
     # and says why such an op cannot be traced
     assert "reads a number its model computed" in str(failed.value)
+
+
+class Mismatched(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(8, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x * self.scale).sum()  # (4, 8) x (8, 3): a meta kernel raises
+
+
+class Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_an_op_that_fails_in_the_trace_is_one_error_not_a_logged_traceback():
+    logger = logging.getLogger("torch._subclasses.fake_tensor")  # torch's loggers do not propagate
+    records, level = Records(), logger.level
+    logger.addHandler(records)
+    try:
+        with pytest.raises(TraceError, match=r"aten\.mul\.Tensor .*Mismatched"):
+            trace_step(Mismatched(), (torch.randn(4, 8),), lambda m, b: m(*b), None, "32-true")
+    finally:
+        logger.removeHandler(records)
+    assert not [r for r in records.records if r.levelno >= logging.ERROR]
+    assert logger.level == level
 
 
 def test_eval_trace_is_forward_only():
