@@ -219,8 +219,10 @@ def with_epoch_length(trainer: "pl.Trainer", schedule: FitSchedule,
 
 
 # Epochs laid out to sample the work of a fit that only max_time ends: every cadence of 1, 2, 3,
-# 4, 6 or 12 epochs (validation, saves) repeats whole within them.
+# 4, 6 or 12 epochs (validation, saves) repeats whole within them. Fewer when epochs are long: the
+# layout lists every position a validation or a save follows.
 CYCLE_EPOCHS = 12
+CYCLE_BATCHES = 1_000_000
 
 
 def time_limit_cycle(trainer: "pl.Trainer",
@@ -229,7 +231,7 @@ def time_limit_cycle(trainer: "pl.Trainer",
     (``None`` for any other fit, or when its epochs have no known length)."""
     if schedule.max_time_s is None or schedule.total_batches is not None or not schedule.batches_per_epoch:
         return None
-    cycle = schedule.with_epochs(CYCLE_EPOCHS)
+    cycle = schedule.with_epochs(max(1, min(CYCLE_EPOCHS, CYCLE_BATCHES // schedule.batches_per_epoch)))
     return cycle, read_checkpoints(trainer, cycle)[0]
 
 

@@ -508,6 +508,15 @@ def test_max_time_alone_gives_an_eta():
     assert left == pytest.approx(3.0 - training + callback.forecaster.plan.end_s, abs=0.05)
 
 
+def test_a_max_time_fit_plans_its_validation_runs_and_saves_within_the_limit(tmp_path):
+    # Only the limit ends it: ~2 s of 32-batch epochs, each validated and saved (Lightning's default
+    # ModelCheckpoint). The limit is split among its parts, so the report has a prediction for each.
+    messages = _logged([PrecisionTimeCallback()], max_time={"seconds": 2}, max_epochs=None, val_check_interval=1.0,
+                       enable_checkpointing=True, default_root_dir=tmp_path)
+    report = next(m for m in messages if m.startswith("ptp: fit took"))
+    assert re.search(r"checkpoints [\d.]+m?s \(predicted [\d.]+m?s\)", report), report  # not "(not predicted)"
+
+
 class Stream(torch.utils.data.IterableDataset):
     """Samples without a length (a streamed dataset): Lightning cannot say how long an epoch is."""
 
