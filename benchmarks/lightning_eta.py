@@ -9,7 +9,10 @@ processes, validation every epoch, several epochs -- each about 20-40 s on 2 CPU
 * ``cnn``: a convnet with batch norm, 32-true, 3 epochs, the same;
 * ``gpt_acc``: a tiny GPT-2, 32-true, gradient accumulation 2, validation twice an epoch
   (so the checkpoint follows each validation), persistent workers, 2 epochs;
-* ``lstm``: a 2-layer LSTM language model, 32-true, validation twice an epoch, 2 epochs.
+* ``lstm``: a 2-layer LSTM language model, 32-true, validation twice an epoch, 2 epochs;
+* ``mlp_time``: the MLP with only ``max_time`` (20 s) to end it: epochs of 50 batches, each
+  validated and saved (its length does not scale with ``--quick``; the naive extrapolation has no
+  total to extrapolate to).
 
 Each round runs every fit three times: once with the callback and the TQDM bar, recording at every
 training batch's end what the bar shows (the callback's ETA as last refreshed, once a second),
@@ -167,6 +170,9 @@ FITS = [
         dict(precision="32-true", max_epochs=2, accumulate_grad_batches=2, val_check_interval=0.5),
         dict(persistent_workers=True)),
     Fit("lstm", LSTMLM, _data("lstm", 3_200, 320), 32, dict(precision="32-true", max_epochs=2, val_check_interval=0.5)),
+    # Only the time limit ends it: 50-batch epochs, each validated and saved, for 20 s of training.
+    Fit("mlp_time", MLP, _data("mlp", 6_400, 1_280), 128, dict(precision="32-true", max_time={"seconds": 20},
+                                                              max_epochs=-1)),
 ]
 
 
