@@ -15,7 +15,8 @@ with a weak pull toward physical starting values.
 
 Stage 1b (kernel profiles, ``profile_top`` of ``data/steps.jsonl``): the bandwidth fraction of
 kernels no op row times (:data:`PROFILED`: pooling, forward and backward), from the device time
-the profiled steps spent in them.
+the profiled steps spent in them; and what attention dropout adds to a fused attention kernel, by
+pass and math dtype (no op row has dropout), from the profiled steps of models that train with it.
 
 Stage 2 (step level, ``data/steps.jsonl``): the few constants no op row can show -- the step
 loop's own host time and the device's per-kernel floor and launch latency -- are fitted on
@@ -47,7 +48,7 @@ from op_data import Measurement  # noqa: E402
 from ptp_callback.coefficients import CostCoefficients  # noqa: E402
 from ptp_callback.costs import CONV_FAMILIES  # noqa: E402
 from ptp_callback.devices import get_device  # noqa: E402
-from ptp_callback.kernels import kernel_seconds  # noqa: E402
+from ptp_callback.kernels import kernel_seconds, math_dtype  # noqa: E402
 from ptp_callback.predict import host_seconds, simulate, step_host_seconds  # noqa: E402
 
 DEVICE = get_device("h100-sxm")
@@ -371,6 +372,37 @@ def fit_profiled(coef: CostCoefficients, cases: list[StepCase]) -> CostCoefficie
     return replace(coef, mem_eff=mem_eff)
 
 
+#: The fused attention kernels a CUDA ``scaled_dot_product_attention`` runs (aten op names less their
+#: ``_forward``/``_backward``): ``ops.jsonl``'s attention rows have no dropout, so its cost comes
+#: from the profiled steps of models that train with attention dropout.
+ATTENTION_KERNELS = ("_efficient_attention", "_flash_attention", "_cudnn_attention")
+
+
+def fit_attention_dropout(coef: CostCoefficients, cases: list[StepCase]) -> CostCoefficients:
+    """Stage 1b: ``extra["attention_dropout_cost:<fwd|bwd>:<family>"]``, what a fused attention
+    kernel with dropout takes beyond the same kernel without (a fraction of its compute time): the
+    median over the profiled steps whose attention drops out, of their attention kernels' profiled
+    time over the prediction without dropout."""
+    kept = {k: v for k, v in coef.extra.items() if not k.startswith("attention_dropout_cost:")}
+    no_dropout = replace(coef, extra={**kept, "attention_dropout_cost": 0.0})
+    implied: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for case in cases:
+        profile = {name: ms for name, _calls, ms in case.profile}
+        ops = [op for op in case.trace.ops if op.cost.op_class == "attention" and op.cost.dropout]
+        for direction, suffix in (("fwd", "_forward"), ("bwd", "_backward")):
+            chosen = [op for op in ops if op.cost.backward == (direction == "bwd")]
+            measured = sum(profile.get(f"aten::{kernel}{suffix}", 0.0) for kernel in ATTENTION_KERNELS) * 1e-3
+            predicted = sum(kernel_seconds(op, DEVICE, no_dropout) for op in chosen)
+            if chosen and measured and predicted:
+                implied[(direction, math_dtype(DEVICE, chosen[0].cost.dtype))].append(measured / predicted - 1.0)
+    extra = dict(kept)
+    for (direction, family), values in sorted(implied.items()):
+        key = f"attention_dropout_cost:{direction}:{family}"
+        extra[key] = round(max(0.0, statistics.median(values)), 4)
+        print(f"  extra[{key!r}] = {extra[key]:.4g} (median of {len(values)} profiled steps)")
+    return replace(coef, extra=extra)
+
+
 # ---------------------------------------------------------------------------------- step level
 
 @dataclass(frozen=True)
@@ -484,7 +516,7 @@ def main() -> None:
     cases = step_data.load_cases()
     if not args.steps_only:
         print("stage 1b, kernels no op row times, from the kernel profiles of steps.jsonl:")
-        coef = fit_profiled(coef, cases)
+        coef = fit_attention_dropout(fit_profiled(coef, cases), cases)
     print(f"stage 2, step level, on {len(cases)} measured steps")
     timelines = [StepTimeline(c, coef) for c in cases]
     started = time.perf_counter()

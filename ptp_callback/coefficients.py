@@ -167,8 +167,12 @@ HOPPER = CostCoefficients(
     host_call_s={'backward': 0.00013, 'autocast': 4.095e-05},
     host_class_s={'gemm': 8.787e-06, 'conv': 2.197e-05, 'attention': 3.119e-05, 'recurrent': 3e-05,
                   'norm': 1.269e-05},
-    source='fitted by benchmarks/fit_coefficients.py on 2026-11-24: ops.jsonl (op level) and steps.jsonl (per-step host constants), H100 SXM',
+    source='fitted by benchmarks/fit_coefficients.py on 2026-11-24: ops.jsonl (op level) and steps.jsonl (per-step host constants), H100 SXM; '
+           'attention dropout (stage 1b, kernel profiles of steps.jsonl) on 2026-11-25',
     extra={'attention_key_fill': 322.2, 'attention_dim_fill': 47.25, 'attention_dropout_cost': 0.4,
+           'attention_dropout_cost:bwd:bf16': 0.1993, 'attention_dropout_cost:bwd:fp16': 0.1794,
+           'attention_dropout_cost:bwd:fp32': 0.0391, 'attention_dropout_cost:fwd:bf16': 0.7,
+           'attention_dropout_cost:fwd:fp16': 0.6606, 'attention_dropout_cost:fwd:fp32': 0.2513,
            'conv_layout_passes': 1, 'reference_small_op_s': 1.085e-05, 'batch_norm_channels_half': 32,
            'batch_norm_native_channels_half': 32, 'batch_norm_run_half': 32, 'batch_norm_native_run_half': 32,
            'host_scale': 1.526, 'batch_norm_channels_half:fwd': 67.67, 'batch_norm_channels_half:bwd': 110.4,

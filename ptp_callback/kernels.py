@@ -308,7 +308,7 @@ def attention_seconds(op: OpRecord, device: DeviceSpec, coef: CostCoefficients) 
     eff *= ctas / (math.ceil(ctas / device.sm_count) * device.sm_count)
     seconds = cost.flops * (0.5 if cost.causal else 1.0) / (peak_flops(device, cost.dtype) * eff)
     if cost.dropout:
-        seconds *= 1.0 + coef.extra.get("attention_dropout_cost", 0.5)
+        seconds *= 1.0 + pick(coef.extra, ("attention_dropout_cost", direction, family), 0.5)
     memory = memory_seconds(cost.bytes, device, coef, "attention", cost.dtype, cost.backward)
     return max(seconds, memory) + pick(coef.latency_s, ("attention", direction, family), 0.0)
 

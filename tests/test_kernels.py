@@ -106,6 +106,27 @@ def test_attention_with_few_query_blocks_leaves_sms_idle():
     assert attention_seconds(two, TOY, coef) == pytest.approx(attention_seconds(op, TOY, coef))
 
 
+def test_attention_dropout_costs_by_pass_and_math_dtype():
+    # The H100 kernel profiles (stage 1b of fit_coefficients): dropout's random numbers add a
+    # quarter to an fp32 (memory-efficient) attention forward and little to its backward; the
+    # half-precision kernels, whose math is faster, pay more of it, again mostly in the forward.
+    coef = replace(COEF, attention_eff={"attention": 0.5}, extra={
+        "attention_key_fill": 0.0, "attention_dim_fill": 0.0, "attention_dropout_cost": 0.4,
+        "attention_dropout_cost:fwd:fp32": 0.25, "attention_dropout_cost:bwd:fp32": 0.04,
+        "attention_dropout_cost:fwd:bf16": 0.7, "attention_dropout_cost:bwd:bf16": 0.2})
+
+    def ratio(dtype: str, backward: bool) -> float:
+        cost = OpCost("attention", 4.0 * 2 * 2 * 512 * 512 * 64, 0.0, 1, dtype, dims=(2, 2, 2, 512, 512, 64, 64),
+                      backward=backward)
+        op = OpRecord("aten.scaled_dot_product_attention.default", "backward" if backward else "forward", "", cost)
+        dropped = replace(op, cost=replace(cost, dropout=True))
+        return attention_seconds(dropped, TOY, coef) / attention_seconds(op, TOY, coef)
+
+    assert ratio("fp32", False) == pytest.approx(1.25) and ratio("fp32", True) == pytest.approx(1.04)
+    assert ratio("bf16", False) == pytest.approx(1.7) and ratio("bf16", True) == pytest.approx(1.2)
+    assert ratio("fp16", False) == pytest.approx(1.4)  # no key of its own: the general one
+
+
 def test_layer_norm_with_many_short_rows_is_bound_by_its_rows():
     coef = replace(COEF, latency_s={"norm_row": 2e-9}, mem_eff={"elementwise": 1.0})
     # 1,000,000 rows of 8 fp32 values: 64 MB is 64 us at 1000 GB/s; 1e6 rows x 2 ns / 2 SMs = 1 ms.
