@@ -636,15 +636,16 @@ class RunForecaster:
         started = self.train_t0 if self.train_t0 is not None else now
         limit_left = max(0.0, s.max_time_s - self._limit_used_s - (now - started))
         phase = ("train", "warmup", "val", "epoch", "save")
-        scheduled = sum(left[k] for k in phase) if counts["train"] is not None else math.inf
+        bounded = counts["train"] is not None  # else only the limit ends the fit
+        scheduled = sum(left[k] for k in phase) if bounded else math.inf
         if scheduled <= limit_left:
             return
         final_save = (self._unit("save")[0] or 0.0) if (self.saves or self.meters["save"].done) else 0.0
         stop_val = 0.0
         if self._validates_at_a_stop():
             stop_val = next_left.get("val", self._unit("val")[0] or 0.0)
-        warmup = min(left["warmup"], limit_left) if counts["train"] is not None else 0.0
-        shares = self._time_limit_shares(left if counts["train"] is not None else None)
+        warmup = min(left["warmup"], limit_left) if bounded else 0.0
+        shares = self._time_limit_shares(left if bounded else None)
         for kind in phase:
             left[kind] = shares.get(kind, 0.0) * (limit_left - warmup)
         left["warmup"] = warmup

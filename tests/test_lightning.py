@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import warnings
+from collections.abc import Iterator
 
 import lightning as L
 import pytest
@@ -147,18 +148,25 @@ class Lines(logging.Handler):
         self.lines.append(record.getMessage())
 
 
-def _logged(callbacks: list, module: L.LightningModule | None = None, **settings) -> list[str]:
+@contextlib.contextmanager
+def _ptp_lines() -> Iterator[list[str]]:
+    """The callback's log lines while the block runs."""
     lines = Lines()
     logger = logging.getLogger("lightning.pytorch.ptp_callback")
     level = logger.level
     logger.addHandler(lines)
     logger.setLevel(logging.INFO)  # other tests may quieten Lightning's loggers
     try:
-        trainer(callbacks, enable_progress_bar=False, **settings).fit(module or Tiny(), *loaders())
+        yield lines.lines
     finally:
         logger.removeHandler(lines)
         logger.setLevel(level)
-    return lines.lines
+
+
+def _logged(callbacks: list, module: L.LightningModule | None = None, **settings) -> list[str]:
+    with _ptp_lines() as lines:
+        trainer(callbacks, enable_progress_bar=False, **settings).fit(module or Tiny(), *loaders())
+    return lines
 
 
 def test_prediction_before_step_one_and_summary_at_the_end():
@@ -212,29 +220,20 @@ class Tunable(Tiny):
 def test_after_the_tuners_trial_runs_the_fit_is_planned_once_at_the_tuned_batch_size(tmp_path):
     from lightning.pytorch.tuner import Tuner
 
-    lines = Lines()
-    logger = logging.getLogger("lightning.pytorch.ptp_callback")
-    level = logger.level
-    logger.addHandler(lines)
-    logger.setLevel(logging.INFO)
     module = Tunable()
     fit = trainer([PrecisionTimeCallback()], enable_progress_bar=False, default_root_dir=tmp_path)
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            tuner = Tuner(fit)
-            tuner.scale_batch_size(module, max_trials=3, steps_per_trial=2)  # 2, 4, then 8
-            tuner.lr_find(module, num_training=10)
-            fit.fit(module)
-            fit.validate(module, verbose=False)
-    finally:
-        logger.removeHandler(lines)
-        logger.setLevel(level)
+    with _ptp_lines() as lines, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tuner = Tuner(fit)
+        tuner.scale_batch_size(module, max_trials=3, steps_per_trial=2)  # 2, 4, then 8
+        tuner.lr_find(module, num_training=10)
+        fit.fit(module)
+        fit.validate(module, verbose=False)
     assert module.batch_size == 8
     assert not [w for w in caught if isinstance(w.message, PtpWarning)]
-    plans = [m for m in lines.lines if m.startswith("ptp: predicted fit ")]
+    plans = [m for m in lines if m.startswith("ptp: predicted fit ")]
     assert len(plans) == 1 and "(64 batches)" in plans[0]  # 256 samples / 8, two epochs
-    assert len([m for m in lines.lines if m.startswith("ptp: fit took")]) == 1
+    assert len([m for m in lines if m.startswith("ptp: fit took")]) == 1
 
 
 class Lazy(Tiny):
