@@ -352,11 +352,16 @@ PROFILED: dict[str, tuple[str, ...]] = {
 }
 
 
+def _profile_ms(case: StepCase) -> dict[str, float]:
+    """A profiled step's device milliseconds by aten op or kernel name (``profile_top``)."""
+    return {name: ms for name, _calls, ms in case.profile}
+
+
 def fit_profiled(coef: CostCoefficients, cases: list[StepCase]) -> CostCoefficients:
     """Stage 1b: each :data:`PROFILED` efficiency, the median over every profiled step that runs
     those ops (a per-kernel measurement like an op row's, taken inside a training step)."""
     bandwidth = DEVICE.memory_bw_gbs * 1e9
-    profiles = [{name: ms for name, _calls, ms in case.profile} for case in cases]
+    profiles = [_profile_ms(case) for case in cases]
     mem_eff = dict(coef.mem_eff)
     for key, names in PROFILED.items():
         fractions = []
@@ -387,7 +392,7 @@ def fit_attention_dropout(coef: CostCoefficients, cases: list[StepCase]) -> Cost
     no_dropout = replace(coef, extra={**kept, "attention_dropout_cost": 0.0})
     implied: dict[tuple[str, str], list[float]] = defaultdict(list)
     for case in cases:
-        profile = {name: ms for name, _calls, ms in case.profile}
+        profile = _profile_ms(case)
         ops = [op for op in case.trace.ops if op.cost.op_class == "attention" and op.cost.dropout]
         for direction, suffix in (("fwd", "_forward"), ("bwd", "_backward")):
             chosen = [op for op in ops if op.cost.backward == (direction == "bwd")]
