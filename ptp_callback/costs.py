@@ -210,7 +210,8 @@ class OpCost:
     ``grouped``, ``depthwise``,
     ``depthwise_cudnn`` where PyTorch hands a depthwise one to cuDNN (:mod:`conv_dispatch`);
     attention: ``flash``, ``efficient``; recurrent layers: ``lstm``, ``gru``, ``rnn_tanh``,
-    ``rnn_relu``; casts: ``narrowing`` to a smaller dtype, ``widening`` to a larger one) and ``dims`` holds the shape the class's time model needs (attention:
+    ``rnn_relu``; casts: ``narrowing`` to a smaller dtype, ``widening`` to a larger one; GEMMs:
+    ``row_major`` when neither operand is transposed, ``grouped_mm``) and ``dims`` holds the shape the class's time model needs (attention:
     ``(batch, q_heads, kv_heads, q_len, kv_len, head_dim, value_dim)``; recurrent:
     ``(gates, layers, directions, batch, seq, input, hidden, proj)``; convolution:
     ``(n, c_in, c_out, in_pixels, out_pixels, kernel_pixels, groups, stride)``; batch norm:
@@ -349,6 +350,18 @@ def _gemm_dims(name: str, args: tuple, out: torch.Tensor) -> tuple[int, int, int
     except (AttributeError, IndexError):
         return None
     return None
+
+
+# The kernel family of a GEMM whose operands are both row-major (neither transposed): a linear
+# layer's input gradient, ``attention @ value``. A CPU without matrix instructions for its dtype runs
+# it in another kernel than the transposed layouts (``probe.transposed_speedup``).
+ROW_MAJOR_GEMM = "row_major"
+
+
+def _both_row_major(name: str, args: tuple) -> bool:
+    operands = args[1:3] if name in ("addmm", "baddbmm", "_addmm_activation") else args[:2]
+    return all(isinstance(t, torch.Tensor) and t.dim() >= 2 and (t.stride()[-1] == 1 or t.shape[-1] == 1)
+               for t in operands)
 
 
 def _leading_dimension(t: torch.Tensor) -> int:
@@ -700,6 +713,8 @@ def describe_op(
             formula = _FLOP_FORMULAS.get(func.overloadpacket)
             flops = float(formula(*args, **kwargs, out_val=out)) if formula else 0.0
             gemm = _gemm_dims(name, args, outputs[0] if outputs else None)
+            if gemm is not None and _both_row_major(name, args):
+                kernel_family = ROW_MAJOR_GEMM
         if dtype_key == "fp32" and matmul_tf32:
             dtype_key = "tf32"
     elif op_class == "conv":

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 
 from . import grouped_gemm
 from .coefficients import CostCoefficients, pick
-from .costs import DTYPE_KEYS, OpCost, conv_pass_flops, rnn_layer_inputs
+from .costs import DTYPE_KEYS, ROW_MAJOR_GEMM, OpCost, conv_pass_flops, rnn_layer_inputs
 
 if TYPE_CHECKING:
     from .devices import DeviceSpec
@@ -178,7 +178,12 @@ def gemm_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> fl
     batch, m, n, k = cost.gemm or (1, 1, 1, 1)
     memory = memory_seconds(cost.bytes, device, coef, "gemm", cost.dtype)
     if _cpu_rooflines(coef):
-        return max(cost.flops / cpu_gemm_rate(m, n, k, cost.dtype, device, coef), memory)
+        rate = cpu_gemm_rate(m, n, k, cost.dtype, device, coef)
+        if cost.kernel != ROW_MAJOR_GEMM:
+            # The probed rates are row-major GEMMs'; a CPU's fallback kernel for a dtype without
+            # matrix instructions runs transposed layouts many times faster (probe.transposed_speedup).
+            rate *= coef.extra.get("gemm_transposed_speedup", {}).get(cost.dtype, 1.0)
+        return max(cost.flops / rate, memory)
     family = _family(device, cost.dtype)
     scale = misaligned_scale(cost, coef, family)
     if cost.kernel == grouped_gemm.KERNEL and not grouped_gemm.fast_path(cost.dtype, device.arch):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import platform
 import time
@@ -56,6 +57,9 @@ class ProbeResult:
     element_s: dict[str, float] = field(default_factory=dict)
     fault_s_per_byte: float = 0.0
     stream_copy_gbps: float = 0.0
+    # The skinny GEMM's rate with its second operand transposed (``x @ w.t()``, a linear layer's
+    # forward), per dtype: see :func:`_transposed_gemm_tflops`.
+    gemm_transposed_tflops: dict[str, float] = field(default_factory=dict)
 
 
 def _device_name(device: torch.device) -> str:
@@ -78,18 +82,24 @@ def _cache_path(device: torch.device) -> str:
     # v4: the first-touch cost of fresh allocations, which older caches lack.
     # v5: a CPU's copy rate beyond its caches, which older caches lack.
     # v6: a CPU's pooling times, which older caches lack.
-    key = hashlib.sha1(f"{_device_name(device)}|{torch.__version__}|v6".encode()).hexdigest()[:16]
+    # v7: GEMM rates with a transposed operand, and fallback kernels no longer read as scaling with
+    # the threads.
+    key = hashlib.sha1(f"{_device_name(device)}|{torch.__version__}|v7".encode()).hexdigest()[:16]
     return os.path.join(cache_dir(), f"probe-{device.type}-{key}.json")
 
 
-def _timed(fn: Callable[[], object], device: torch.device, repeats: int) -> float:
-    """Fastest of ``repeats`` timings of ``fn`` after one warm-up call (synchronizing a GPU).
+def _timed(fn: Callable[[], object], device: torch.device, repeats: int, once_beyond_s: float = math.inf) -> float:
+    """Fastest of ``repeats`` timings of ``fn`` after one warm-up call (synchronizing a GPU); one
+    timing only where the warm-up took longer than ``once_beyond_s``.
 
     The fastest, not the median: on a shared machine the slow samples measure the neighbours.
     """
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    started = time.perf_counter()
     fn()
     sync()
+    if time.perf_counter() - started > once_beyond_s:
+        repeats = 1
     samples = []
     for _ in range(repeats):
         started = time.perf_counter()
@@ -126,15 +136,29 @@ def _ieee_fp32_matmuls() -> Iterator[None]:
         torch.set_float32_matmul_precision(setting)
 
 
+# A GEMM that takes this long on all threads is not one a thread barrier's stalls (milliseconds)
+# could have slowed much: it runs without a fast path for its dtype (bf16 and fp16 on a CPU
+# without their matrix instructions: 137 ms for a 64x1024x1024 bf16 GEMM on a 2-thread AVX2
+# EPYC, 1.2 ms in fp32), so it is timed once, and not again on one thread (those timings were
+# 2.1 s of a 3.1 s first probe there).
+_STALL_BOUND_S = 0.05
+
+
 def _gemm_seconds(a: torch.Tensor, b: torch.Tensor, device: torch.device) -> float:
     matmul = lambda: a @ b  # noqa: E731 - timed right here, bound for clarity
     with _ieee_fp32_matmuls():
-        seconds = _timed(matmul, device, 3)
-        if device.type == "cpu" and torch.get_num_threads() > 1:
+        seconds = _timed(matmul, device, 3, once_beyond_s=_STALL_BOUND_S)
+        threads = torch.get_num_threads()
+        if device.type == "cpu" and threads > 1 and seconds < _STALL_BOUND_S:
             # A busy machine can stall a multi-threaded BLAS at its thread barriers for
             # milliseconds (100x slower small GEMMs, seen on a 2-core VM): one thread times
-            # the capability too, scaled by the threads, and the faster estimate stands.
-            seconds = min(seconds, _single_thread(matmul, device) / torch.get_num_threads())
+            # the capability too, scaled by the threads, and the faster estimate stands. Only for
+            # a kernel that gains from threads (or a stalled one): a fallback kernel that runs on
+            # one thread whatever the setting (bf16 256x256x256 on that EPYC: 23 ms on one thread
+            # and on two) would be read as twice as fast as it runs.
+            alone = _single_thread(matmul, device)
+            scales = seconds < 0.9 * alone or seconds > 3.0 * alone
+            seconds = min(seconds, alone / threads if scales else alone)
     return seconds
 
 
@@ -155,6 +179,7 @@ def _measure(device: torch.device) -> ProbeResult:
                 # 4 times) would cost too much, and would run at about this rate anyway.
                 break
         gemm[key] = rates
+    transposed = {key: _transposed_gemm_tflops(dtype, device) for key, dtype in _DTYPES.items()}
     elements = (64 if device.type == "cuda" else 8) * 2**20
     src = torch.randn(elements, device=device)
     dst = torch.empty_like(src)
@@ -187,7 +212,23 @@ def _measure(device: torch.device) -> ProbeResult:
         stream_copy_gbps = _stream_copy_gbps(device)
     return ProbeResult(_device_name(device), torch.__version__, torch.get_num_threads(), gemm, copy_gbps,
                        small_op_s, autograd_op_s, time.perf_counter() - started, cache_copy_gbps, element_s,
-                       fault_s_per_byte, stream_copy_gbps)
+                       fault_s_per_byte, stream_copy_gbps, transposed)
+
+
+def _transposed_gemm_tflops(dtype: torch.dtype, device: torch.device) -> float:
+    """TFLOP/s of the skinny GEMM with a transposed second operand, as a linear layer's forward
+    runs it (``x @ weight.t()``); the other probed GEMMs take both operands row-major, as a
+    linear layer's input gradient does.
+
+    Where a CPU has no matrix instructions for a dtype, PyTorch's fallback kernels differ by
+    layout: on a 2-thread AVX2 EPYC, bf16 ``64x1024 @ 1024x1024`` took 137 ms row-major and 6.5 ms
+    transposed (fp32: 1.2 and 1.4 ms), and a bf16 MLP's training step 340 ms, 290 of them in its
+    one row-major input gradient (:func:`cpu_coefficients`).
+    """
+    m, n, k = 64, 1024, 1024
+    a = torch.randn(m, k, device=device).to(dtype)
+    weight = torch.randn(n, k, device=device).to(dtype)
+    return 2 * m * n * k / _gemm_seconds(a, weight.t(), device) / 1e12
 
 
 def _stream_copy_gbps(device: torch.device) -> float:
@@ -377,7 +418,9 @@ def _best_of(old: ProbeResult, new: ProbeResult) -> ProbeResult:
                    autograd_op_s=min(old.autograd_op_s, new.autograd_op_s),
                    element_s={name: min(s, old.element_s.get(name, s)) for name, s in new.element_s.items()},
                    fault_s_per_byte=min(old.fault_s_per_byte, new.fault_s_per_byte) if old.fault_s_per_byte
-                   else new.fault_s_per_byte, stream_copy_gbps=max(old.stream_copy_gbps, new.stream_copy_gbps))
+                   else new.fault_s_per_byte, stream_copy_gbps=max(old.stream_copy_gbps, new.stream_copy_gbps),
+                   gemm_transposed_tflops={key: max(rate, old.gemm_transposed_tflops.get(key, 0.0))
+                                           for key, rate in new.gemm_transposed_tflops.items()})
 
 
 def _best_rate(result: ProbeResult, dtype: str) -> float:
@@ -481,10 +524,28 @@ def cpu_coefficients(result: ProbeResult) -> CostCoefficients:
                "host_scale": 1.0, "gemm_model": "roofline", "gemm_half_rate_dim": half_dim,
                "synchronous": True, "host_speed": host_speed(result.small_op_s, base), "cache_bytes": 4e6,
                "fresh_byte_s": result.fault_s_per_byte,
+               "gemm_transposed_speedup": transposed_speedup(result),
                "cache_bw_gbs": max(result.cache_copy_gbps, result.copy_gbps), "reuse_bw_gbs": result.copy_gbps,
                "element_s": {**{alias: result.element_s[name] for alias, name in ELEMENT_ALIASES.items()
                                 if name in result.element_s}, **result.element_s}},
     )
+
+
+# A transposed operand's rate over the row-major one's below this is the same kernel (fp32: 0.8-1.2x).
+_LAYOUT_KERNEL_RATIO = 2.0
+
+
+def transposed_speedup(result: ProbeResult) -> dict[str, float]:
+    """Per dtype, how much faster a GEMM with a transposed operand runs than one with both
+    row-major (which all the other probed GEMMs are), where the CPU runs them in different kernels:
+    PyTorch's fallback for a dtype without matrix instructions (bf16 on an AVX2 EPYC: 21x; a bf16
+    MLP's step was predicted at 907 ms with every GEMM at the row-major rate, and took 340 ms)."""
+    out = {}
+    for key, rate in result.gemm_transposed_tflops.items():
+        row_major = result.gemm_tflops.get(key, {}).get(_SKINNY, 0.0)
+        if row_major > 0 and rate / row_major >= _LAYOUT_KERNEL_RATIO:
+            out[key] = rate / row_major
+    return out
 
 
 def host_speed(small_op_s: float, coef: CostCoefficients) -> float:

@@ -664,3 +664,35 @@ def test_a_cpu_op_pays_the_probed_first_touch_of_outputs_the_allocator_maps_afre
     assert math.isclose(kernel_seconds(op, device, coef) - kernel_seconds(op, device, held), 64 * 2**20 * 1e-10)
     assert kernel_seconds(op, get_device("h100-sxm"), HOPPER) == kernel_seconds(
         OpRecord("aten.add.Tensor", "forward", "", replace(big, fresh_bytes=0.0)), get_device("h100-sxm"), HOPPER)
+
+
+def test_a_cpu_without_matrix_instructions_prices_row_major_and_transposed_gemms_at_their_own_rates():
+    """On an AVX2 EPYC (no bf16 matrix instructions) PyTorch's fallback ran a bf16 ``64x1024 @
+    1024x1024`` in 137 ms with both operands row-major and in 6.5 ms as ``x @ weight.t()``: a bf16
+    MLP's step, whose one row-major GEMM is its input gradient, was predicted at 907 ms with every
+    GEMM at the row-major rate the probe timed, and took 340 ms."""
+    from ptp_callback.costs import ROW_MAJOR_GEMM
+    from ptp_callback.probe import ProbeResult, cpu_coefficients, cpu_spec
+
+    probed = ProbeResult("toy cpu", torch.__version__, 2,
+                         {"fp32": {"64x1024x1024": 0.5, "512": 1.0}, "bf16": {"64x1024x1024": 0.001, "256": 0.002}},
+                         50.0, 2e-6, 4e-6, 0.1, 100.0, gemm_transposed_tflops={"fp32": 0.55, "bf16": 0.021})
+    device, coef = cpu_spec(probed), cpu_coefficients(probed)
+    assert coef.extra["gemm_transposed_speedup"] == {"bf16": pytest.approx(21.0)}  # fp32: one kernel
+    func = torch.ops.aten.mm.default
+    with FakeTensorMode():
+        x, weight = torch.randn(128, 1024, dtype=torch.bfloat16), torch.randn(1024, 1024, dtype=torch.bfloat16)
+        forward = describe_op(func, (x, weight.t()), {}, func(x, weight.t()), matmul_tf32=False, conv_tf32=False,
+                              phase="forward")
+        input_grad = describe_op(func, (x, weight), {}, func(x, weight), matmul_tf32=False, conv_tf32=False,
+                                 phase="backward")
+        fp32 = describe_op(func, (x.float(), weight.float()), {}, func(x.float(), weight.float()),
+                           matmul_tf32=False, conv_tf32=False, phase="backward")
+    assert (forward.kernel, input_grad.kernel, fp32.kernel) == ("", ROW_MAJOR_GEMM, ROW_MAJOR_GEMM)
+    transposed_s = kernel_seconds(OpRecord("aten.mm.default", "forward", "", forward), device, coef)
+    row_major_s = kernel_seconds(OpRecord("aten.mm.default", "backward", "", input_grad), device, coef)
+    assert row_major_s == pytest.approx(21.0 * transposed_s)
+    # Where one kernel runs both layouts, both are priced at the probed rate.
+    as_transposed = replace(fp32, kernel="")
+    assert kernel_seconds(OpRecord("aten.mm.default", "backward", "", fp32), device, coef) == pytest.approx(
+        kernel_seconds(OpRecord("aten.mm.default", "backward", "", as_transposed), device, coef))

@@ -3,8 +3,9 @@ when it was taken while busy."""
 
 import json
 import os
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
+import pytest
 import torch
 
 from ptp_callback import probe
@@ -88,9 +89,9 @@ def test_fp32_gemms_are_timed_at_full_precision_whatever_the_process_set(tmp_pat
     in_gemm, seen = [False], []
     timed, gemm_seconds = probe._timed, probe._gemm_seconds
 
-    def timing(fn, device, repeats):
+    def timing(fn, device, repeats, **options):
         seen.append((in_gemm[0], torch.get_float32_matmul_precision()))
-        return timed(fn, device, repeats)
+        return timed(fn, device, repeats, **options)
 
     def gemm(a, b, device):
         in_gemm[0] = True
@@ -112,3 +113,37 @@ def test_fp32_gemms_are_timed_at_full_precision_whatever_the_process_set(tmp_pat
     others = {precision for inside, precision in seen if not inside}
     assert gemms == {"highest"}
     assert others == {"medium"}  # the process's setting stands outside the GEMM timings
+
+
+def test_a_gemm_kernel_that_runs_on_one_thread_is_not_read_as_scaling_with_the_threads(monkeypatch):
+    """A busy 2-core VM can stall a multi-threaded GEMM, so the probe also times it on one thread and
+    divides by the threads. PyTorch's bf16 fallback on an AVX2 EPYC runs on one thread whatever the
+    setting (256x256x256: 23 ms on one thread and on two): divided, bf16 was read twice as fast."""
+    readings = {}
+
+    def timed(fn, device, repeats, once_beyond_s=float("inf")):
+        return readings[torch.get_num_threads()]
+
+    monkeypatch.setattr(probe, "_timed", timed)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: readings["now"])
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: readings.__setitem__("now", n))
+    a = torch.randn(4, 4)
+    cases = [
+        ({2: 23e-3, 1: 23e-3}, 23e-3),  # one thread whatever the setting
+        ({2: 0.20e-3, 1: 0.37e-3}, 0.185e-3),  # a kernel that scales: the faster estimate stands
+        ({2: 20e-3, 1: 0.37e-3}, 0.185e-3),  # stalled at a thread barrier
+        ({2: 0.2, 1: 0.4}, 0.2),  # too slow for a stall to matter: timed once, on all threads
+    ]
+    for times, expected in cases:
+        readings.clear()
+        readings.update(times, now=2)
+        assert probe._gemm_seconds(a, a, torch.device("cpu")) == pytest.approx(expected)
+
+
+def test_a_probe_times_a_gemm_with_a_transposed_operand_and_keeps_the_faster_reading(tmp_path, monkeypatch):
+    monkeypatch.setenv("PTP_CACHE_DIR", str(tmp_path))
+    result = probe_device(torch.device("cpu"))
+    assert set(result.gemm_transposed_tflops) == set(result.gemm_tflops)
+    assert all(rate > 0 for rate in result.gemm_transposed_tflops.values())
+    faster = replace(result, gemm_transposed_tflops={k: 2 * v for k, v in result.gemm_transposed_tflops.items()})
+    assert probe._best_of(faster, result).gemm_transposed_tflops == faster.gemm_transposed_tflops
