@@ -138,6 +138,25 @@ def test_cpu_prediction_uses_a_probe():
     assert pred.step_s > 0 and "threads" in pred.device_name
 
 
+def test_a_cpu_runs_fp32_convolutions_and_matmuls_as_fp32_whatever_torchs_tf32_flags_say():
+    # cuDNN allows TF32 by default and a script may ask for "high" matmul precision: flags for a
+    # GPU. A CPU's kernels run fp32 as fp32, priced at its probed fp32 rate, not a TF32 one.
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.Flatten(), nn.Linear(16 * 16 * 16, 10))
+    b = (torch.randn(8, 3, 16, 16), torch.randint(0, 10, (8,)))
+    previous = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("high")
+        assert torch.backends.cudnn.allow_tf32  # torch's default
+        pred = ptp.predict_step(model, b, ce_step, precision="32-true", device="cpu")
+    finally:
+        torch.set_float32_matmul_precision(previous)
+    priced = {op.cost.dtype for op in pred.ops if op.cost.op_class in ("conv", "gemm")}
+    assert priced == {"fp32"} and pred.precision == "32-true"
+    explicit = ptp.PrecisionSpec.from_setting("32-true", matmul_tf32=False, conv_tf32=False)
+    assert pred.step_s == pytest.approx(ptp.predict_step(model, b, ce_step, precision=explicit, device="cpu").step_s,
+                                        rel=0.01)
+
+
 def test_a_cpu_prices_dropout_by_the_random_numbers_it_draws():
     from ptp_callback.probe import probe_device
 
