@@ -224,6 +224,7 @@ class RunForecaster:
         self._last = ""  # the last event
         self._context = "startup"  # where a save interrupted: the kind its aftermath belongs to
         self._val_ended_at = -1  # position whose validation run has ended (its val_end was seen)
+        self._val_forks: list[float] = []  # what training batches after validation runs paid for them
         self._val_open = False  # a run's seconds are still being charged (until the next other event)
         self._saves_closed: tuple[int, int] = (-1, 0)  # (position, saves closed there)
         self._save_open = False
@@ -301,9 +302,32 @@ class RunForecaster:
             excess = max(0.0, meter.current - steady)
             meter.current -= excess
             epoch.add_to_last(excess)
+        elif self._pays_for_a_val_run():
+            # Likewise after a validation run inside an epoch whose loader forked new workers (they
+            # live until the next run): the excess is the run's, counted apart from a run's unit,
+            # which validation runs at an epoch's end (whose excess is the epoch's) share.
+            excess = max(0.0, meter.current - (self.batches.mean_s() or meter.current))
+            meter.current -= excess
+            self.meters["val"].total += excess
+            self._val_forks.append(excess)
         self.batches.add(meter.current)
         meter.close()
         self.position += 1
+
+    def _pays_for_a_val_run(self) -> bool:
+        """Whether the batch ending now is the first after a validation run inside an epoch, in a
+        fit whose plan has such batches pay for the run's new workers (``RunPlan.val_fork_s``)."""
+        return (self.plan is not None and self.plan.val_fork_s > 0 and self._val_ended_at == self.position
+                and self._epoch_closed_at != self.position and self.batches.settled)
+
+    def _val_forks_left(self) -> int:
+        """Validation runs inside an epoch still to be paid for by the training batch after them."""
+        if self.plan is None or self.plan.val_fork_s <= 0:
+            return 0
+        s = self.schedule
+        starts = set(s.epoch_starts)
+        vals = s.val_after_batches[bisect.bisect_left(s.val_after_batches, self.position):]
+        return sum(1 for v in vals if v not in starts and (s.total_batches is None or v < s.total_batches))
 
     def val_start(self, t: float) -> None:
         self._event(t, "val_start")
@@ -605,6 +629,10 @@ class RunForecaster:
                 extra = min(left[kind], max(0.0, first - max(spent, unit)))
                 left[kind] -= extra
                 left["warmup"] = extra
+        forks = self._val_forks_left()
+        if forks:
+            measured = self._val_forks
+            left["val"] += forks * (sum(measured) / len(measured) if measured else self.plan.val_fork_s)
         if s.val_every_s and counts["train"]:
             runs = math.floor(counts["train"] * train_unit / s.val_every_s)
             left["val"] += runs * self._unit("val")[0]

@@ -80,6 +80,7 @@ def predict_run(
     loader_started_before_first_epoch: bool = False,
     model_to_cpu_at_end: bool = False,
     framework_loop: bool = False,
+    val_workers_live_on: bool = False,
     extra_key: str = "",
 ) -> RunPrediction:
     """Predict a run before its first step (see the module doc).
@@ -90,6 +91,8 @@ def predict_run(
     ``extra_key`` is what else the step's trace depends on (a framework's step method, for the
     trace cache). ``framework_loop``: a framework's loop (Lightning's hooks, logging, progress bar)
     runs each batch, whose own work a CPU host estimates from its per-op time (:func:`cpu_host`).
+    ``val_workers_live_on``: a validation run's loader workers outlive it (see
+    :func:`~ptp_callback.run_plan.plan_run`).
     """
     spec, coef = resolve_device(device)
     target_type = "cpu" if spec.arch == "cpu" else "cuda"
@@ -127,7 +130,8 @@ def predict_run(
                     state_bytes_to_cpu_at_end=state_bytes if model_to_cpu_at_end and on_gpu else 0.0,
                     comm_s=comm_s, loader_started_before_first_epoch=loader_started_before_first_epoch,
                     sanity_calibrates=not on_gpu, spare_cores=None if on_gpu else spare_cpu_cores(),
-                    step_memory_bytes=0.0 if on_gpu else step_memory_bytes(trace))
+                    step_memory_bytes=0.0 if on_gpu else step_memory_bytes(trace),
+                    val_workers_live_on=val_workers_live_on)
     return RunPrediction(trace, step, val_step, plan, spec, coef, host, checkpoint_bytes, 0.0 if cached else trace_s,
                          cached, list(trace.notes))
 

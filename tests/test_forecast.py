@@ -334,6 +334,35 @@ def test_a_later_epochs_slow_first_batch_is_the_epoch_boundarys_cost():
     assert forecaster.remaining_s(t) == pytest.approx(3.5 + 10 * 1.0)
 
 
+def test_the_slow_batch_after_a_validation_run_inside_an_epoch_is_the_runs_cost():
+    """A validation run whose loader forks workers each run makes the training batch after it copy
+    the step's memory (an LSTM on 2 CPU cores: 485-535 ms against 82 ms steady). The plan counts
+    that for each run inside an epoch, not for runs at an epoch's end (the epoch boundary's copy
+    is the same one); the measurement moves the batch's excess to validation, and later runs are
+    counted at the measured excess."""
+    schedule = schedule_of(max_epochs=2, val_check_batch=5, val_batches_per_run=1, sanity_batches=0)
+    assert schedule.val_after_batches == (5, 10, 15, 20)
+    plan = RunPlan(train_batch_s=1.0, val_fork_s=2.0)
+    forecaster = RunForecaster(schedule, plan, warmup_batches=0)
+    forecaster.fit_start(0.0)
+    assert forecaster.remaining_s(0.0) == pytest.approx(20 * 1.0 + 2 * 2.0)  # after batches 5 and 15 only
+    t = 0.0
+    forecaster.epoch_start(t)
+    t = run_batches(forecaster, t, 5, 1.0)
+    forecaster.val_start(t)
+    forecaster.val_end(t)
+    forecaster.batch_start(t)
+    t += 1.0 + 3.0  # the batch after the run: 3 s of copies
+    forecaster.batch_end(t)
+    parts = forecaster.parts(t)
+    assert forecaster.batches.mean_s() == pytest.approx(1.0) and parts["train"].spent_s == pytest.approx(6.0)
+    assert parts["val"].spent_s == pytest.approx(3.0)
+    assert forecaster.remaining_s(t) == pytest.approx(14 * 1.0 + 3.0)  # the run after batch 15, as measured
+    no_forks = RunForecaster(schedule, replace(plan, val_fork_s=0.0), warmup_batches=0)
+    no_forks.fit_start(0.0)
+    assert no_forks.remaining_s(0.0) == pytest.approx(20 * 1.0)
+
+
 def test_the_batch_time_follows_the_speed_it_measures_near_the_end():
     schedule = schedule_of(max_epochs=1, batches_per_epoch=400, val_batches_per_run=0, val_check_batch=None,
                            sanity_batches=0)

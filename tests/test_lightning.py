@@ -485,6 +485,41 @@ def test_a_fit_with_checkpoints_and_loader_workers_gives_the_events_the_forecast
     assert forecaster.remaining_s(forecaster._t) == 0.0
 
 
+def test_a_validation_runs_workers_live_through_the_training_batches_after_it_and_the_plan_pays_for_them():
+    """Lightning ends a validation run at its loader's length, so the iterator is never exhausted
+    and its forked workers live on until the next run: a CPU step after a run inside an epoch copies
+    the pages they map. The plan counts that copy once for each such run."""
+    import multiprocessing
+
+    class Children(L.Callback):
+        def __init__(self) -> None:
+            self.after_validation: list[int] = []
+            self._validated = False
+
+        def on_validation_end(self, trainer, pl_module):
+            self._validated = not trainer.sanity_checking
+
+        def on_train_batch_start(self, trainer, *args):
+            if self._validated:
+                self.after_validation.append(len(multiprocessing.active_children()))
+                self._validated = False
+
+    callback, children = PrecisionTimeCallback(refresh_s=0.0), Children()
+    generator = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(64, 16, generator=generator), torch.randint(0, 4, (64,), generator=generator))
+    t = trainer([callback, children], enable_progress_bar=False, max_epochs=1, val_check_interval=0.5,
+                limit_val_batches=2)
+    t.fit(Tiny(), DataLoader(data, batch_size=8, num_workers=2), DataLoader(data, batch_size=8, num_workers=2))
+    assert children.after_validation == [4]  # the training loader's 2 workers and the run's 2
+    plan = callback.prediction.plan
+    if multiprocessing.get_start_method() == "fork":  # workers started otherwise map no pages of ours
+        from ptp_callback.run_prediction import step_memory_bytes
+
+        copy = step_memory_bytes(callback.prediction.trace) * callback.prediction.host.fork_write_s_per_byte
+        assert plan.val_fork_s == pytest.approx(copy) and copy > 0
+    assert callback.forecaster._val_forks_left() == 0  # the fit's one run inside an epoch is paid for
+
+
 def test_max_time_alone_gives_an_eta():
     class Remaining(L.Callback):
         def __init__(self) -> None:

@@ -101,6 +101,25 @@ def test_a_cpu_step_copies_its_memory_once_after_each_epochs_new_forked_workers(
     assert on_gpu.epoch_s == pytest.approx(0.5)  # a GPU step writes device memory
 
 
+def test_a_cpu_step_copies_its_memory_again_after_each_validation_runs_new_forked_workers():
+    """A validation loader without persistent workers forks new ones each run, and where the
+    framework keeps them until the next run (Lightning) they live on through the training batches
+    after it: the first of them copies the step's memory again."""
+    host = replace(HOST, fork_write_s_per_byte=2.5e-9)
+    memory = 400e6
+    val = StepCosts(0.05)
+
+    def plan(on_gpu: bool = False, live_on: bool = True, **loader: object):
+        return plan_run(StepCosts(0.15), val, host, on_gpu=on_gpu, train_loader=LoaderFacts(num_workers=2),
+                        val_loader=LoaderFacts(**loader), step_memory_bytes=memory, val_workers_live_on=live_on)
+
+    assert plan(num_workers=2).val_fork_s == pytest.approx(memory * 2.5e-9)
+    assert plan(num_workers=2, persistent_workers=True).val_fork_s == 0.0  # forked once, copied once
+    assert plan(num_workers=0).val_fork_s == 0.0
+    assert plan(on_gpu=True, num_workers=2).val_fork_s == 0.0  # a GPU step writes device memory
+    assert plan(live_on=False, num_workers=2).val_fork_s == 0.0  # a loop that exhausts the loader stops them
+
+
 def test_a_cpu_steps_memory_is_its_parameters_gradients_optimizer_state_and_activations():
     import torch
 
