@@ -136,6 +136,40 @@ def test_a_cpu_steps_memory_is_its_parameters_gradients_optimizer_state_and_acti
     assert step_memory_bytes(trace) == pytest.approx(2 * params + 2 * params + forward, rel=0.01)
 
 
+@pytest.mark.parametrize("hidden, seq", [(256, 64), (128, 40)])
+def test_a_cpu_lstms_step_memory_counts_the_workspace_onednn_keeps_for_its_backward(hidden, seq):
+    """oneDNN's LSTM layer returns a workspace of its gates and states for the backward, which the
+    fake op leaves empty: for this 2-layer LSTM the largest memory its step writes."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from ptp_callback.precision import PrecisionSpec
+    from ptp_callback.run_prediction import step_memory_bytes
+    from ptp_callback.tracer import trace_step
+
+    class Workspaces(TorchDispatchMode):
+        bytes = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func is torch.ops.aten.mkldnn_rnn_layer.default:
+                self.bytes += out[3].numel() * out[3].element_size()
+            return out
+
+    model = torch.nn.LSTM(64, hidden, num_layers=2)
+    batch = torch.randn(seq, 16, 64)
+    real = Workspaces()
+    with real:
+        model(batch)[0].sum().backward()
+    if not real.bytes:
+        pytest.skip("this CPU runs LSTMs step by step, without oneDNN's layer")
+    trace = trace_step(model, batch, lambda m, b: m(b)[0].sum(), torch.optim.SGD(model.parameters()),
+                       PrecisionSpec.from_setting("32-true"), target_type="cpu")
+    without = sum(op.out_bytes for op in trace.ops if op.phase == "forward") + 2 * trace.param_bytes + \
+        trace.optimizer_state_bytes
+    assert step_memory_bytes(trace) - without == pytest.approx(real.bytes, rel=0.1)
+
+
 def test_gradient_communication_is_paid_once_per_optimizer_step():
     plan = plan_run(StepCosts(0.1, optimizer_s=0.01), None, H100_HOST, on_gpu=True, comm_s=0.02)
     assert plan.optimizer_step_s == pytest.approx(0.03)
