@@ -17,6 +17,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -325,6 +326,12 @@ SPOT_CHECK_FASTER = 1.2
 SLOWEST_NOW = 0.5
 _SPOT_SIZE = 256
 _SPOT_READINGS = 3
+# A spot check of a few milliseconds is a noisy reading of a machine's speed: on a 2-core VM fresh
+# processes a minute apart read 0.53 to 1.0 of the cached rate (median 0.9), while the steps they
+# then ran took the same time. A machine busy for hours stays busy from one process to the next:
+# the speed used is the median of the latest readings of the same cache within this long.
+SPOT_MEMORY_S = 3600.0
+_SPOT_POOL = 9
 _now: dict[str, ProbeResult] = {}  # per cache file: the result this process's spot check left
 
 
@@ -337,7 +344,8 @@ def probe_device(device: torch.device, *, cache: bool = True, refresh: bool = Fa
     machine now runs it :data:`SPOT_CHECK_FASTER` times faster than the cache says, the cache was
     measured on a busy machine, and the probe runs again (keeping the better of the two readings
     of each rate). A CPU that runs it slower now than the cache says is busy now: this process
-    reads the cached rates slowed to the spot check's speed (see :func:`at_speed`)."""
+    reads the cached rates slowed to the speed its spot checks read: this one's and the latest ones
+    of the past hour, their median (see :func:`at_speed`, :data:`SPOT_MEMORY_S`)."""
     device = torch.device(device)
     path = _cache_path(device)
     cached = _read(path) if cache and not refresh else None
@@ -346,11 +354,13 @@ def probe_device(device: torch.device, *, cache: bool = True, refresh: bool = Fa
             return _now[path]
         speed = _speed_now(cached, device)
         if speed <= SPOT_CHECK_FASTER:
-            _now[path] = at_speed(cached, speed) if device.type == "cpu" else cached
+            _now[path] = at_speed(cached, _pooled_speed(path, speed)) if device.type == "cpu" else cached
             return _now[path]
     result = _measure(device)
     if cached is not None:
         result = _best_of(cached, result)
+    if cache:
+        _forget_spot_checks(path)  # they were readings against the rates this probe replaces
     # Kept even when the machine was busy: probing again at every start would cost seconds each
     # time; the spot check above, or `ptp probe`, replaces it.
     _now[path] = result
@@ -362,6 +372,31 @@ def probe_device(device: torch.device, *, cache: bool = True, refresh: bool = Fa
         except OSError:
             pass  # a read-only home: measure again next time
     return result
+
+
+def _pooled_speed(path: str, speed: float) -> float:
+    """The median of this spot check's ``speed`` and the latest earlier ones of the cache at ``path``
+    within :data:`SPOT_MEMORY_S` (kept beside it), this one added."""
+    spots, now = path + ".spots", time.time()
+    try:
+        with open(spots) as f:
+            readings = [(float(t), float(v)) for t, v in json.load(f) if 0.0 <= now - float(t) < SPOT_MEMORY_S]
+    except (OSError, ValueError, TypeError):
+        readings = []
+    readings = (readings + [(now, speed)])[-_SPOT_POOL:]
+    try:
+        with open(spots, "w") as f:
+            json.dump(readings, f)
+    except OSError:
+        pass  # an unwritable cache: this reading alone
+    return statistics.median(v for _, v in readings)
+
+
+def _forget_spot_checks(path: str) -> None:
+    try:
+        os.remove(path + ".spots")
+    except OSError:
+        pass
 
 
 def _read(path: str) -> ProbeResult | None:
