@@ -103,6 +103,12 @@ class PrecisionSpec:
         """The same precision with other TF32 flags."""
         return replace(self, matmul_tf32=matmul, conv_tf32=self.conv_tf32 if conv is None else conv)
 
+    def on_target(self, target_type: str) -> PrecisionSpec:
+        """This precision as a ``target_type`` ("cpu" or "cuda") device runs it: TF32 is a GPU
+        matter, and torch's flags (cuDNN allows it by default) say nothing of a CPU's oneDNN
+        kernels, which run fp32 as fp32."""
+        return self.with_tf32(False, False) if target_type == "cpu" else self
+
 
 def as_precision(precision: str | int | PrecisionSpec, **tf32: bool | None) -> PrecisionSpec:
     """Accept a spec as is, or build one from a precision string."""

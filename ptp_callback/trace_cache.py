@@ -118,7 +118,7 @@ def trace_key(
     """A hash of everything the trace of this step depends on (see the module doc)."""
     digest = hashlib.sha256()
     digest.update(f"{_VERSION}|{_package_digest()}|{torch.__version__}|{sys.version_info[:2]}|{target_type}|{train}|"
-                  f"{precision}".encode())
+                  f"{precision.on_target(target_type)}".encode())
     digest.update(repr(model).encode())
     classes: dict[type, None] = {}
     for module in model.modules():

@@ -748,11 +748,7 @@ def _trace(
     target_type: str,
     train: bool,
 ) -> Trace:
-    spec = as_precision(precision)
-    if target_type == "cpu":
-        # TF32 is a GPU matter: torch's flags (cuDNN allows it by default) say nothing of a CPU's
-        # oneDNN kernels, which run fp32 as fp32.
-        spec = spec.with_tf32(False, False)
+    spec = as_precision(precision).on_target(target_type)
     step_fn = step_fn or default_step_fn
     proxy_for_cuda = device.type == "cpu" and target_type == "cuda"
     started = time.perf_counter()

@@ -68,6 +68,14 @@ def test_the_key_sees_everything_the_trace_depends_on():
     assert base not in different and len(set(different)) == len(different)
 
 
+def test_tf32_flags_key_a_gpu_targets_trace_but_not_a_cpus():
+    """A CPU runs fp32 as fp32 whatever torch's TF32 flags say: its trace, and so its key, is one."""
+    tf32 = PrecisionSpec.from_setting("32-true", matmul_tf32=True, conv_tf32=True)
+    ieee = PrecisionSpec.from_setting("32-true", matmul_tf32=False, conv_tf32=False)
+    assert key(spec=tf32, target="cpu") == key(spec=ieee, target="cpu")
+    assert key(spec=tf32, target="cuda") != key(spec=ieee, target="cuda")
+
+
 def test_the_key_sees_a_modules_switches_such_as_gradient_checkpointing():
     # Hugging Face's gradient_checkpointing_enable() sets a flag and a checkpoint function on each
     # layer; neither shows in repr, and the layers then run their forward again in the backward.
