@@ -157,7 +157,11 @@ def test_version(capsys):
 
 
 def test_the_installed_command(tmp_path):
-    command = shutil.which("ptp") or os.path.join(os.path.dirname(sys.executable), "ptp")
+    # The script installed for the Python running the tests first: another interpreter's may be
+    # earlier on the PATH (a GPU image's system Python, say) and lack torch.
+    command = os.path.join(os.path.dirname(sys.executable), "ptp")
+    if not os.path.exists(command):
+        command = shutil.which("ptp") or command
     if not os.path.exists(command):
         pytest.skip("the ptp console script is not installed (pip install -e .)")
     models = os.path.join(ROOT, "tests", "cli_models.py")
