@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 from typing import Callable
 
@@ -97,16 +96,19 @@ def compare(files: list[str]) -> None:
 
 
 def main() -> None:
-    if "--compare" in sys.argv:
-        data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
-        compare([a for a in sys.argv[1:] if a != "--compare"]
-                or [os.path.join(data, "ops.jsonl"), os.path.join(data, "ops_recurrent_2026-11-26.jsonl")])
-        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("out")
+    parser.add_argument("out", nargs="?", help="the JSON-lines file the timed rows are appended to")
     parser.add_argument("--like", default="", help="an ops file whose recurrent shapes are timed first")
     parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--compare", nargs="*", metavar="FILE",
+                        help="compare recorded rows instead (default: data/ops.jsonl and this script's data)")
     args = parser.parse_args()
+    if args.compare is not None:
+        data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+        compare(args.compare or [os.path.join(data, "ops.jsonl"), os.path.join(data, "ops_recurrent_2026-11-26.jsonl")])
+        return
+    if not args.out:
+        parser.error("OUT is needed to time rows (or give --compare)")
     torch.backends.cudnn.allow_tf32 = True  # PyTorch's default
     for cell, inp, hidden, layers, batch, steps in shapes(args.smoke, args.like):
         for name in ("fp32", "bf16", "fp16", "bf16-autocast", "fp16-autocast"):

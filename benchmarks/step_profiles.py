@@ -34,8 +34,10 @@ DEVICE = get_device("h100-sxm")
 
 
 def _op_name(name: str) -> str:
-    """``aten::mm`` and ``aten.mm.default`` alike as ``mm``."""
-    return name.replace("aten::", "").replace("aten.", "").rsplit(".", 1)[0] if "." in name else name.replace("aten::", "")
+    """``aten::mm`` (a profile's name) and ``aten.mm.default`` (a trace's) alike as ``mm``."""
+    if name.startswith("aten::"):
+        return name.removeprefix("aten::")
+    return name.removeprefix("aten.").rsplit(".", 1)[0]
 
 
 def op_table(record: dict, top: int) -> None:
