@@ -37,8 +37,9 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def build_step(spec: tuple, precision: str, device: torch.device) -> Callable[[], Any]:
-    """One AdamW training step of the workload as ``data/steps.jsonl`` measured it."""
+def build_step(spec: tuple, precision: str, device: torch.device) -> Callable[..., None]:
+    """One AdamW training step of the workload as ``data/steps.jsonl`` measured it: ``step()`` on
+    the workload's batch, built once on ``device`` (``step.batch``), or ``step(batch)`` on another."""
     make_model, make_batch, loss_fn = spec
     torch.set_float32_matmul_precision("high" if precision == "32-tf32" else "highest")
     torch.backends.cudnn.allow_tf32 = True  # PyTorch's default
@@ -55,9 +56,9 @@ def build_step(spec: tuple, precision: str, device: torch.device) -> Callable[[]
     scaler = torch.amp.GradScaler(device.type) if precision == "16-mixed" else None
     batch = make_batch(device, true_dtype or torch.float32)
 
-    def step() -> None:
+    def step(other: Any = None) -> None:
         with torch.autocast(device.type, dtype=amp or torch.float32, enabled=amp is not None):
-            loss = loss_fn(model, batch)
+            loss = loss_fn(model, batch if other is None else other)
         if scaler is not None:
             scaler.scale(loss).backward()
             scaler.step(optimizer)
@@ -66,6 +67,7 @@ def build_step(spec: tuple, precision: str, device: torch.device) -> Callable[[]
             loss.backward()
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+    step.batch = batch  # type: ignore[attr-defined]
     return step
 
 
