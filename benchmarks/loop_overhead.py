@@ -17,8 +17,9 @@ batch in each:
                    checkpoint, no validation; a callback syncs at each batch's end;
 ``lightning+bar``  as the recorded fits ran it: 4 pinned workers and the progress bar on.
 
+Precisions are Lightning's (``32-true``, ``16-mixed``, ``bf16-mixed``, ``bf16-true``, ``16-true``).
 Prints the median milliseconds per step in each setting and its ratio to ``plain``; ``--out``
-appends one JSON line per workload. GPU-bound question: on a CPU, ``--smoke`` checks the script.
+appends one JSON line per workload. Meant for a GPU; on a CPU, ``--smoke`` checks the script.
 """
 
 from __future__ import annotations
