@@ -39,7 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from h100_data import quiet_transformers, workloads  # noqa: E402
-from profile_steps import _TRUE_DTYPE as TRUE_HALF, _sync, build_step  # noqa: E402
+from profile_steps import build_step, sync  # noqa: E402
 
 DEFAULT = ("maxvit_t_b64:32-true", "qwen2_gqa_200m_b4_s2048:bf16-mixed", "gpt2_small_b16_s1024:bf16-mixed",
            "squeezenet1_1_b256:16-mixed")
@@ -75,15 +75,13 @@ def plain(name: str, precision: str, device: torch.device, steps: int, feed: str
         b = batch
         if loader is not None:
             fetched = next(loader)
-            if feed == "loader":
+            if feed == "loader":  # the loader's items are copies of the step's batch: its dtypes already
                 b = tuple(t.to(device, non_blocking=True) for t in fetched)
-                if precision in TRUE_HALF:
-                    b = tuple(t.to(TRUE_HALF[precision]) if t.is_floating_point() else t for t in b)
         # Timed from the batch in hand, as a Lightning batch runs from on_train_batch_start (after
         # the fetch and the copy's launch) to its synchronized end.
         started = time.perf_counter()
         step(b)
-        _sync(device)
+        sync(device)
         if i >= 5:
             times.append(time.perf_counter() - started)
     return times
@@ -115,7 +113,7 @@ def lightning(name: str, precision: str, device: torch.device, steps: int, busy:
             self.started = time.perf_counter()
 
         def on_train_batch_end(self, *a: Any) -> None:
-            _sync(device)
+            sync(device)
             self.times.append(time.perf_counter() - self.started)
 
     batch = make_batch(torch.device("cpu"))

@@ -32,7 +32,7 @@ _TRUE_DTYPE = {"bf16-true": torch.bfloat16, "16-true": torch.float16}
 _AMP_DTYPE = {"16-mixed": torch.float16, "bf16-mixed": torch.bfloat16}
 
 
-def _sync(device: torch.device) -> None:
+def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
 
@@ -74,12 +74,12 @@ def build_step(spec: tuple, precision: str, device: torch.device) -> Callable[..
 def time_step(step: Callable[[], None], device: torch.device, warmup: int = 5, timed: int = 10) -> float:
     for _ in range(warmup):
         step()
-    _sync(device)
+    sync(device)
     times = []
     for _ in range(timed):
         started = time.perf_counter()
         step()
-        _sync(device)
+        sync(device)
         times.append(time.perf_counter() - started)
     return statistics.median(times)
 
@@ -89,11 +89,11 @@ def profile_step(step: Callable[[], None], device: torch.device) -> dict[str, An
 
     for _ in range(3):
         step()
-    _sync(device)
+    sync(device)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities, record_shapes=True) as prof:
         step()
-        _sync(device)
+        sync(device)
     key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
     ops, kernels = [], []
     for event in prof.key_averages(group_by_input_shape=True):
