@@ -1,20 +1,24 @@
 """The H100's kernel profiles of dev workload steps beside the engine's prediction: whether a step's
 miss is in its device time (an op class priced wrong) or in the time the device waits for the host.
 
-usage: python benchmarks/step_profiles.py [FILE] [--ops WORKLOAD:PRECISION] [--top N]
+usage: python benchmarks/step_profiles.py [FILE] [--ops WORKLOAD:PRECISION] [--top N] [--gemms]
 
 FILE (default ``data/profiles_2026-11-26.jsonl``, made by ``profile_steps.py`` on an H100) holds,
 per workload and precision, the step time measured in that run and each aten op's self device
 time over one profiled step. For each one this prints the step (``data/steps.jsonl``'s, that run's,
 predicted), the device time (profiled, predicted: the sum of the ops' kernel times) and the
-predicted host time. ``--ops`` adds a table by aten op for one configuration.
+predicted host time. ``--ops`` adds a table by aten op for one configuration. ``--gemms`` scores
+the GEMM model on the steps' own GEMMs, shape by shape: kernel times of real training steps that no
+coefficient was fitted on (``ops.jsonl``'s GEMM rows are mostly random, misaligned shapes).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import statistics
 import sys
 from collections import Counter, defaultdict
 
@@ -60,11 +64,49 @@ def op_table(record: dict, top: int) -> None:
               f"{predicted_calls[name]:6d}  {op_class.get(name, '')}")
 
 
+_GEMMS = ("mm", "bmm", "addmm", "baddbmm")
+
+
+def gemm_errors(records: list[dict]) -> dict[str, list[tuple[float, float]]]:
+    """Per precision, for each GEMM shape a step ran as often as its trace did (and for at least
+    20 us a call): the log of predicted over profiled device time, and the profiled time."""
+    out: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for record in records:
+        measured: dict[tuple, list[float]] = defaultdict(lambda: [0, 0.0])
+        for name, shapes, calls, us in record["ops"]:
+            if _op_name(name) in _GEMMS:
+                key = (_op_name(name), str([s for s in json.loads(shapes) if s]))
+                measured[key][0] += calls
+                measured[key][1] += us
+        predicted: dict[tuple, list[float]] = defaultdict(lambda: [0, 0.0])
+        for op in cached_trace(record["workload"], record["precision"]).ops:
+            if _op_name(op.name) in _GEMMS:
+                key = (_op_name(op.name), str([list(s) for s in op.in_shapes if s]))
+                predicted[key][0] += 1
+                predicted[key][1] += kernel_seconds(op, DEVICE, HOPPER) * 1e6
+        for key, (calls, us) in measured.items():
+            if key in predicted and predicted[key][0] == calls and us / calls >= 20:
+                out[record["precision"]].append((math.log(predicted[key][1] / us), us))
+    return out
+
+
+def gemm_table(records: list[dict]) -> None:
+    print("\nGEMM shapes of the profiled steps (at least 20 us a call), predicted / profiled kernel time:")
+    print(f"{'precision':10s} {'shapes':>6s} {'median |error|':>15s} {'median error':>13s} {'sum: predicted/profiled':>24s}")
+    for precision, errors in gemm_errors(records).items():
+        logs = [e for e, _us in errors]
+        total = sum(us for _e, us in errors)
+        predicted = sum(us * math.exp(e) for e, us in errors)
+        print(f"{precision:10s} {len(errors):6d} {100 * statistics.median(abs(math.expm1(e)) for e in logs):14.1f}% "
+              f"{100 * math.expm1(statistics.median(logs)):+12.1f}% {predicted / total:24.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("file", nargs="?", default=DEFAULT)
     parser.add_argument("--ops", default="", help="WORKLOAD:PRECISION for a table by aten op")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--gemms", action="store_true", help="score the GEMM model on the steps' GEMM shapes")
     args = parser.parse_args()
     reference = load_measured()
     with open(args.file) as f:
@@ -83,6 +125,8 @@ def main() -> None:
     if args.ops:
         workload, precision = args.ops.split(":")
         op_table(next(r for r in records if r["workload"] == workload and r["precision"] == precision), args.top)
+    if args.gemms:
+        gemm_table(records)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,9 @@ broad shape grids (``benchmarks/fit_coefficients.py``), never on a model:
   a tiny output over a long K, like a first convolution's weight gradient, fills every SM). A
   tensor-core GEMM whose leading dimensions are not 16-byte aligned runs older narrow-load
   kernels at a fraction of that rate, by alignment (``costs._gemm_alignment``). Never less than
-  the memory time.
+  the memory time. On Hopper and Blackwell an aligned half-precision GEMM instead spreads its
+  tiles' work over every SM, with no partial waves, and streams its operands like a copy
+  (:func:`streams_tiles`).
 * ``conv``: by kernel family and pass. Dense, 1x1 and grouped convolutions are their implicit
   GEMMs (forward; data and weight gradients, ``groups`` GEMMs each) through the wave model at a
   per-family, per-pass efficiency, each pass never faster than its own bytes (only the weight
@@ -189,7 +191,53 @@ def gemm_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> fl
     if cost.kernel == grouped_gemm.KERNEL and not grouped_gemm.fast_path(cost.dtype, device.arch):
         # PyTorch's fallback: one GEMM per group, each in waves of its own.
         return max(batch * wave_seconds(1, m, n, k, cost.dtype, device, coef, scale), memory)
+    if streams_tiles(cost, device, family):
+        streamed = memory_seconds(cost.bytes, device, coef, "elementwise", "fp32")
+        return max(streamed_seconds(batch, m, n, k, cost.dtype, device, coef), streamed)
     return max(wave_seconds(batch, m, n, k, cost.dtype, device, coef, scale), memory)
+
+
+# GPUs whose cuBLAS runs aligned half-precision GEMMs as TMA kernels with a persistent tile
+# scheduler (``nvjet_sm90_*`` in the H100's profiles), and the dtypes it does so for: its TF32
+# GEMMs ran ``sm90_xmma_gemm_*_segment_k_off`` kernels, which fill the SMs wave by wave.
+STREAM_K_ARCHS = frozenset(("hopper", "blackwell"))
+_STREAMED_DTYPES = frozenset(("bf16", "fp16", "fp8"))
+
+
+def streams_tiles(cost: OpCost, device: DeviceSpec, family: str) -> bool:
+    """Whether a GEMM runs as a Hopper-style kernel that spreads its work over every SM.
+
+    On Hopper and Blackwell, cuBLAS runs a tensor-core GEMM whose operands are 16-byte aligned
+    with TMA loads and a persistent (stream-K) scheduler: the K loop of the output tiles is divided
+    evenly among all SMs, so there are no partial waves and no split-K partial sums written to
+    memory, and the operands stream at the bandwidth a copy gets. TMA needs that alignment, so a
+    misaligned GEMM runs the older wave-quantized kernels (``cutlass_75_*_align1`` in the profiles).
+    Scored on the GEMMs of the H100's profiled training steps, which no coefficient is fitted on
+    (``benchmarks/step_profiles.py --gemms``, 157 half-precision shapes of four workloads), the
+    median error per shape went from 32-40% (wave model) to 16% (work over every SM).
+    """
+    return device.arch in STREAM_K_ARCHS and family in _STREAMED_DTYPES and not cost.misaligned
+
+
+def streamed_seconds(batch: int, m: int, n: int, k: int, dtype: str, device: DeviceSpec,
+                     coef: CostCoefficients) -> float:
+    """Time of ``batch`` GEMMs whose tiles' K loops are spread evenly over all SMs (stream-K):
+    the FLOPs of the padded output tiles, at the tile's relative rate, over the whole device."""
+    if batch == 0:
+        return 0.0
+    family = _family(device, dtype)
+    rate = peak_flops(device, dtype) * pick(coef.gemm_eff, ("gemm", family), 0.7)
+    k_fill = pick(coef.gemm_k_fill, ("gemm", family), 64.0)
+    a0 = coef.gemm_tile_eff.get("tensor", 0.0)
+    tiles = _TILES["tensor"]
+    largest = tiles[0][0] * tiles[0][1]
+    best = math.inf
+    for rows, cols in tiles:
+        area = rows * cols
+        relative = (area / (area + a0)) / (largest / (largest + a0))
+        padded = batch * math.ceil(m / rows) * rows * math.ceil(n / cols) * cols
+        best = min(best, 2.0 * padded * (k + k_fill) / relative)
+    return best / rate
 
 
 def conv_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> float:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -92,21 +93,41 @@ def test_slower_gpu_is_slower():
     assert a100.step_s > 1.5 * h100.step_s
 
 
-def test_gemm_time_is_wave_quantized():
-    device = ptp.get_device("h100-sxm")
-    # 8192^3 bf16: 128x256 tiles -> 64 x 32 = 2048 CTAs on 132 SMs = 16 waves (15.5 rounded up);
-    # each wave runs one tile per SM: 2*128*256*(8192 + k_fill) FLOPs at peak*eff/132 per SM.
+def test_gemm_time_is_wave_quantized_where_the_kernels_fill_the_sms_wave_by_wave():
+    # An A100 runs every GEMM in waves of output tiles. 8192^3 bf16: 128x256 tiles -> 64 x 32 =
+    # 2048 CTAs on 108 SMs = 19 waves (18.96 rounded up); each wave runs one tile per SM.
+    a100 = ptp.get_device("a100-sxm-80gb")
     cost = OpCost("gemm", 2.0 * 8192**3, 3 * 8192 * 8192 * 2, 1, "bf16", (1, 8192, 8192, 8192))
-    eff = HOPPER.gemm_eff["gemm:bf16"]
-    k_fill = HOPPER.gemm_k_fill["gemm"]
-    per_sm = 989.4e12 * eff / 132
-    expected_large_tile = 16 * 2 * 128 * 256 * (8192 + k_fill) / per_sm
-    assert gemm_seconds(cost, device, HOPPER) <= expected_large_tile * (1 + 1e-9)
-    # 132 tiles fill the 132 SMs once; one more row of tiles (+0.8% work) leaves SMs idle in a
+    per_sm = a100.peak_tflops["bf16"] * 1e12 * HOPPER.gemm_eff["gemm:bf16"] / 108
+    expected_large_tile = 19 * 2 * 128 * 256 * (8192 + HOPPER.gemm_k_fill["gemm"]) / per_sm
+    assert gemm_seconds(cost, a100, HOPPER) <= expected_large_tile * (1 + 1e-9)
+    # 108 tiles fill the 108 SMs once; one more row of tiles (+0.9% work) leaves SMs idle in a
     # second wave, which smaller tiles soften but cannot remove: time jumps far more than work.
+    one_wave = OpCost("gemm", 0.0, 0.0, 1, "bf16", (1, 128 * 108, 256, 4096))
+    two_waves = OpCost("gemm", 0.0, 0.0, 1, "bf16", (1, 128 * 109, 256, 4096))
+    assert gemm_seconds(two_waves, a100, HOPPER) > 1.15 * gemm_seconds(one_wave, a100, HOPPER)
+    # On an H100 the same holds for TF32 (its sm90 TF32 kernels schedule waves too) and for a
+    # half-precision GEMM whose rows are not 16-byte aligned (no TMA kernel can run it).
+    h100 = ptp.get_device("h100-sxm")
+    for dtype, k in (("tf32", 4096), ("bf16", 4095)):
+        one = OpCost("gemm", 0.0, 0.0, 1, dtype, (1, 128 * 132, 256, k), misaligned=k % 8 != 0, alignment=k % 8)
+        two = replace(one, gemm=(1, 128 * 133, 256, k))
+        assert gemm_seconds(two, h100, HOPPER) > 1.15 * gemm_seconds(one, h100, HOPPER)
+
+
+def test_aligned_half_precision_gemm_on_hopper_spreads_its_work_over_every_sm():
+    # cuBLAS's persistent TMA kernels divide the tiles' K loops among all 132 SMs: one more row
+    # of tiles (+0.8% work) costs about +0.8% time, not a second wave.
+    h100 = ptp.get_device("h100-sxm")
     one_wave = OpCost("gemm", 0.0, 0.0, 1, "bf16", (1, 128 * 132, 256, 4096))
-    two_waves = OpCost("gemm", 0.0, 0.0, 1, "bf16", (1, 128 * 133, 256, 4096))
-    assert gemm_seconds(two_waves, device, HOPPER) > 1.15 * gemm_seconds(one_wave, device, HOPPER)
+    two_waves = replace(one_wave, gemm=(1, 128 * 133, 256, 4096))
+    assert gemm_seconds(two_waves, h100, HOPPER) == pytest.approx(gemm_seconds(one_wave, h100, HOPPER) * 133 / 132,
+                                                                  rel=1e-6)
+    # A weight gradient (a small output over a long K) is not bound to its few output tiles either:
+    # 3072 x 1024 outputs over K = 8192 take the same time as the same FLOPs in a square GEMM would.
+    wgrad = OpCost("gemm", 0.0, 0.0, 1, "bf16", (1, 3072, 1024, 8192))
+    per_flop = gemm_seconds(OpCost("gemm", 0.0, 0.0, 1, "bf16", (1, 8192, 8192, 8192)), h100, HOPPER) / 8192**3
+    assert gemm_seconds(wgrad, h100, HOPPER) < 1.1 * per_flop * 3072 * 1024 * 8192
 
 
 def test_memory_bound_op_time_is_bytes_over_bandwidth():

@@ -93,12 +93,19 @@ def test_best_of_two_probes_keeps_each_faster_reading():
 def test_a_cpu_draws_random_numbers_and_computes_transcendentals_slower_than_it_copies(tmp_path, monkeypatch):
     monkeypatch.setenv("PTP_CACHE_DIR", str(tmp_path))
     result = probe_device(torch.device("cpu"))
-    # The best of two probes, as the cache keeps: one taken while another process held the cores
-    # read a 0.5 GB/s in-cache copy.
-    result = probe._best_of(result, probe._measure(torch.device("cpu")))
-    copy_s = 8 / (result.cache_copy_gbps * 1e9)  # an fp32 element read and written, in the caches
+
+    def copy_s() -> float:  # an fp32 element read and written, in the caches
+        return 8 / (result.cache_copy_gbps * 1e9)
+
+    # Load only ever makes a timing slower, so the best of a few probes (the cache keeps the best)
+    # tends to the machine's own ratio: one probe, taken while another test process held the
+    # cores, read a 0.5-0.6 GB/s in-cache copy.
+    for _ in range(3):
+        if result.element_s["bernoulli_"] > 4 * copy_s() and result.element_s["tanh"] > 2 * copy_s():
+            break
+        result = probe._best_of(result, probe._measure(torch.device("cpu")))
     assert set(result.element_s) == set(probe.element_ops(256, torch.device("cpu")))
-    assert result.element_s["bernoulli_"] > 4 * copy_s and result.element_s["tanh"] > 2 * copy_s
+    assert result.element_s["bernoulli_"] > 4 * copy_s() and result.element_s["tanh"] > 2 * copy_s()
     extra = probe.cpu_coefficients(result).extra["element_s"]
     assert extra["rand"] == result.element_s["uniform_"] and extra["tanh_"] == result.element_s["tanh"]
 
