@@ -16,7 +16,9 @@ with a weak pull toward physical starting values.
 Stage 1b (kernel profiles, ``profile_top`` of ``data/steps.jsonl``): the bandwidth fraction of
 kernels no op row times (:data:`PROFILED`: pooling, forward and backward), from the device time
 the profiled steps spent in them; and what attention dropout adds to a fused attention kernel, by
-pass and math dtype (no op row has dropout), from the profiled steps of models that train with it.
+pass and math dtype (no op row has dropout), from the profiled steps of models that train with it;
+and the rate of PyTorch's element-by-element ``cat`` kernel (no op row has a ``cat``), from the
+steps whose profiles time it.
 
 Stage 2 (step level, ``data/steps.jsonl``): the few constants no op row can show -- the step
 loop's own host time and the device's per-kernel floor and launch latency -- are fitted on
@@ -33,6 +35,7 @@ import argparse
 import math
 import os
 import random
+import re
 import statistics
 import sys
 import time
@@ -46,9 +49,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from op_data import Measurement  # noqa: E402
 
 from ptp_callback.coefficients import CostCoefficients  # noqa: E402
-from ptp_callback.costs import CONV_FAMILIES  # noqa: E402
+from ptp_callback.costs import CONV_FAMILIES, STRIDED_CAT  # noqa: E402
 from ptp_callback.devices import get_device  # noqa: E402
-from ptp_callback.kernels import kernel_seconds, math_dtype  # noqa: E402
+from ptp_callback.kernels import kernel_seconds, math_dtype, per_element_bytes  # noqa: E402
 from ptp_callback.predict import host_seconds, simulate, step_host_seconds  # noqa: E402
 
 DEVICE = get_device("h100-sxm")
@@ -377,6 +380,33 @@ def fit_profiled(coef: CostCoefficients, cases: list[StepCase]) -> CostCoefficie
     return replace(coef, mem_eff=mem_eff)
 
 
+#: The kernel PyTorch's CUDA ``cat`` runs for inputs that are not contiguous (its strided
+#: instantiation, batch and stride sizes 64: ``costs.STRIDED_CAT``), as a profile names it.
+STRIDED_CAT_KERNEL = re.compile(r"CatArrayBatchedCopy<.*, 64, 64>")
+
+
+def fit_strided_cat(coef: CostCoefficients, cases: list[StepCase]) -> CostCoefficients:
+    """Stage 1b: ``mem_eff["elementwise:strided_cat"]``, the rate of the element-by-element ``cat``
+    kernel (no op row times it): per profiled step whose strided cat kernel ran as often as the
+    trace has such cats, the fp32 bytes of their elements over the kernel's profiled time; the
+    median of those steps."""
+    bandwidth = DEVICE.memory_bw_gbs * 1e9
+    fractions = []
+    for case in cases:
+        calls = sum(c for name, c, _ms in case.profile if STRIDED_CAT_KERNEL.search(name))
+        ms = sum(ms for name, _c, ms in case.profile if STRIDED_CAT_KERNEL.search(name))
+        cats = [op for op in case.trace.ops if op.cost.kernel == STRIDED_CAT]
+        if cats and calls == len(cats):
+            nbytes = sum(per_element_bytes(op.cost) for op in cats)
+            fractions.append(nbytes / (bandwidth * ms * 1e-3))
+    if not fractions:
+        return coef
+    key = f"elementwise:{STRIDED_CAT}"
+    mem_eff = {**coef.mem_eff, key: round(statistics.median(fractions), 4)}
+    print(f"  mem_eff[{key!r}] = {mem_eff[key]:.4g} (median of {len(fractions)} profiled steps)")
+    return replace(coef, mem_eff=mem_eff)
+
+
 #: The fused attention kernels a CUDA ``scaled_dot_product_attention`` runs (aten op names less their
 #: ``_forward``/``_backward``): ``ops.jsonl``'s attention rows have no dropout, so its cost comes
 #: from the profiled steps of models that train with attention dropout.
@@ -521,7 +551,7 @@ def main() -> None:
     cases = step_data.load_cases()
     if not args.steps_only:
         print("stage 1b, kernels no op row times, from the kernel profiles of steps.jsonl:")
-        coef = fit_attention_dropout(fit_profiled(coef, cases), cases)
+        coef = fit_strided_cat(fit_attention_dropout(fit_profiled(coef, cases), cases), cases)
     print(f"stage 2, step level, on {len(cases)} measured steps")
     timelines = [StepTimeline(c, coef) for c in cases]
     started = time.perf_counter()

@@ -652,6 +652,23 @@ def _safe_softmax_bytes(scores: torch.Tensor, out: torch.Tensor, dim: int) -> tu
     return x + x + mask + o + rows, o + mask + rows + o
 
 
+# The kernel family of a concatenation that PyTorch's CUDA kernel copies element by element.
+STRIDED_CAT = "strided_cat"
+
+
+def _cat_copies_per_element(tensors: list, outputs: list[torch.Tensor]) -> bool:
+    """Whether a CUDA ``torch.cat`` runs its generic kernel for inputs that are not contiguous
+    (``CatArrayBatchedCopy`` with per-input strides, ``aten/src/ATen/native/cuda/Cat.cu``), which
+    computes every element's offsets: its time follows the elements, not their bytes (a rotary
+    embedding's ``cat((-x2, x1), -1)`` of two halves of a tensor took as long in bf16 as in fp32 on
+    the H100). Contiguous inputs go to vectorized copies, and more than four dimensions to one copy
+    per input."""
+    inputs = [t for t in tensors if isinstance(t, torch.Tensor) and t.numel() > 0]
+    if len(tensors) < 2 or not outputs or outputs[0].dim() > 4:
+        return False
+    return any(not t.is_contiguous() for t in inputs)
+
+
 def describe_op(
     func: torch._ops.OpOverload,
     args: tuple,
@@ -791,6 +808,8 @@ def describe_op(
             kernel_family = "narrowing" if target.itemsize < source.itemsize else "widening"
         if name in _FILL_OPS:
             read = 0  # write-only kernels (their "inputs" are shapes or a template)
+        elif name == "cat" and args and _cat_copies_per_element(list(args[0]), outputs):
+            kernel_family = STRIDED_CAT
         elif name == "_safe_softmax" and inputs and outputs:
             read, written = _safe_softmax_bytes(inputs[0], outputs[0], _arg(func, args, kwargs, "dim", -1))
 

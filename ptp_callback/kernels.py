@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING
 
 from . import grouped_gemm
 from .coefficients import CostCoefficients, pick
-from .costs import DTYPE_KEYS, ROW_MAJOR_GEMM, OpCost, conv_pass_flops, rnn_layer_inputs
+from .costs import DTYPE_KEYS, ROW_MAJOR_GEMM, STRIDED_CAT, OpCost, conv_pass_flops, rnn_layer_inputs
 
 if TYPE_CHECKING:
     from .devices import DeviceSpec
@@ -438,6 +438,12 @@ def _gate_element_s(gates: int, coef: CostCoefficients) -> float:
     return sigmoids * rates.get("sigmoid", 0.0) + tanhs * rates.get("tanh", 0.0)
 
 
+def per_element_bytes(cost: OpCost) -> float:
+    """What an fp32 copy of an op's elements moves: the bytes of a kernel whose time follows its
+    elements whatever their dtype (a strided ``cat``, ``costs.STRIDED_CAT``), priced at its rate."""
+    return (cost.bytes + cost.aux_bytes) * 4 / _ITEMSIZE.get(cost.dtype, 4)
+
+
 def element_seconds(op: OpRecord, coef: CostCoefficients) -> float:
     """The op's arithmetic where the device measured it per element (a CPU's random numbers and
     transcendental functions, ``coef.extra["element_s"]``; 0 elsewhere): elements x seconds each.
@@ -497,6 +503,8 @@ def _kernel_seconds(op: OpRecord, device: DeviceSpec, coef: CostCoefficients) ->
     # larger dtype of the same bytes (H100, 100 MB-1.6 GB: fp32 -> bf16 3.0 TB/s, bf16 -> fp32 1.95).
     efficiency = coef.memory_efficiency(cost.op_class, cost.dtype, cost.backward, cost.kernel)
     moved = cost.bytes + cost.aux_bytes
+    if cost.kernel == STRIDED_CAT and not _cpu_rooflines(coef):
+        moved = per_element_bytes(cost)
     if op.phase == "optimizer" and cost.op_class == "elementwise" and "reuse_bw_gbs" in coef.extra:
         # A CPU: a per-parameter optimizer runs its few ops over one parameter's tensors in turn,
         # which stay in the last-level cache between them (a step's other ops stream from memory),

@@ -10,7 +10,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from ptp_callback.coefficients import HOPPER, CostCoefficients, pick
-from ptp_callback.costs import OpCost, describe_op
+from ptp_callback.costs import STRIDED_CAT, OpCost, describe_op
 from ptp_callback.devices import DeviceSpec, get_device
 from ptp_callback.kernels import (
     attention_seconds,
@@ -176,6 +176,30 @@ def test_convolution_bias_is_one_more_pass_over_the_output_on_a_gpu():
     # CPU kernels fuse the bias: a roofline (CPU) model charges nothing for it.
     cpu = replace(coef, extra={**coef.extra, "gemm_model": "roofline"})
     assert kernel_seconds(biased, TOY, cpu) == pytest.approx(kernel_seconds(plain, TOY, cpu))
+
+
+def _cat_op(dtype: torch.dtype, halves: bool) -> OpRecord:
+    """``cat`` of a (8, 16, 256, 64) tensor's two last-dim halves (a rotary embedding's
+    ``rotate_half``: views, not contiguous), or of two contiguous tensors of the same shapes."""
+    with FakeTensorMode():
+        x = torch.empty(8, 16, 256, 64, dtype=dtype)
+        a, b = (x[..., 32:], x[..., :32]) if halves else [torch.empty(8, 16, 256, 32, dtype=dtype) for _ in range(2)]
+        cost = _describe(torch.ops.aten.cat.default, ([a, b], -1), phase="forward")
+    return OpRecord("aten.cat.default", "forward", "", cost)
+
+
+def test_a_cat_of_strided_views_is_priced_by_its_elements_and_a_contiguous_one_by_its_bytes():
+    coef = replace(COEF, kernel_floor_s=0.0, mem_eff={**COEF.mem_eff, "elementwise:strided_cat": 0.5})
+    strided = {dt: _cat_op(dt, halves=True) for dt in (torch.float32, torch.bfloat16)}
+    contiguous = {dt: _cat_op(dt, halves=False) for dt in (torch.float32, torch.bfloat16)}
+    assert {op.cost.kernel for op in strided.values()} == {STRIDED_CAT}
+    assert {op.cost.kernel for op in contiguous.values()} == {""}
+    elements = 8 * 16 * 256 * 64
+    # Read and written once, as fp32 whatever the dtype, at half the bandwidth (1000 GB/s).
+    for op in strided.values():
+        assert kernel_seconds(op, TOY, coef) == pytest.approx(2 * 4 * elements / 0.5e12)
+    assert kernel_seconds(contiguous[torch.bfloat16], TOY, coef) == pytest.approx(2 * 2 * elements / 1e12)
+    assert kernel_seconds(contiguous[torch.float32], TOY, coef) == pytest.approx(2 * 4 * elements / 1e12)
 
 
 def _conv_cost(x: torch.Tensor, c_out: int, bias: bool = False, backward: bool = False, kernel: int = 3,
