@@ -49,7 +49,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from op_data import Measurement  # noqa: E402
 
 from ptp_callback.coefficients import CostCoefficients  # noqa: E402
-from ptp_callback.costs import CONV_FAMILIES, STRIDED_CAT  # noqa: E402
+from ptp_callback.costs import COLUMN_REDUCTION, CONV_FAMILIES, STRIDED_CAT  # noqa: E402
 from ptp_callback.devices import get_device  # noqa: E402
 from ptp_callback.kernels import kernel_seconds, math_dtype, per_element_bytes  # noqa: E402
 from ptp_callback.predict import host_seconds, simulate, step_host_seconds  # noqa: E402
@@ -407,6 +407,33 @@ def fit_strided_cat(coef: CostCoefficients, cases: list[StepCase]) -> CostCoeffi
     return replace(coef, mem_eff=mem_eff)
 
 
+def fit_column_sums(coef: CostCoefficients, cases: list[StepCase]) -> CostCoefficients:
+    """Stage 1b: ``mem_eff["reduction:columns"]``, the bandwidth fraction of a sum over leading
+    dimensions (``costs.COLUMN_REDUCTION``; ``ops.jsonl``'s sums are whole-tensor sums): per
+    profiled step, the bytes of its column sums over what its ``aten::sum`` time leaves once its
+    other sums are priced; the median over the steps that profiled as many sums as their trace has
+    (a convolution's bias gradient, priced with the convolution, profiles as a sum of its own)."""
+    bandwidth = DEVICE.memory_bw_gbs * 1e9
+    fractions = []
+    for case in cases:
+        calls, ms = next(((c, ms) for name, c, ms in case.profile if name == "aten::sum"), (0, 0.0))
+        sums = [op for op in case.trace.ops if op.name.startswith("aten.sum.")]
+        columns = [op for op in sums if op.cost.kernel == COLUMN_REDUCTION]
+        if not ms or not columns or calls != len(sums):
+            continue
+        rest = sum(kernel_seconds(op, DEVICE, coef) for op in sums if op.cost.kernel != COLUMN_REDUCTION)
+        fixed = sum(kernel_seconds(replace(op, cost=replace(op.cost, bytes=0.0)), DEVICE, coef) for op in columns)
+        left = ms * 1e-3 - rest - fixed
+        if left > 0:
+            fractions.append(sum(op.cost.bytes for op in columns) / (bandwidth * left))
+    if not fractions:
+        return coef
+    key = f"reduction:{COLUMN_REDUCTION}"
+    mem_eff = {**coef.mem_eff, key: round(statistics.median(fractions), 4)}
+    print(f"  mem_eff[{key!r}] = {mem_eff[key]:.4g} (median of {len(fractions)} profiled steps)")
+    return replace(coef, mem_eff=mem_eff)
+
+
 #: The fused attention kernels a CUDA ``scaled_dot_product_attention`` runs (aten op names less their
 #: ``_forward``/``_backward``): ``ops.jsonl``'s attention rows have no dropout, so its cost comes
 #: from the profiled steps of models that train with attention dropout.
@@ -551,7 +578,7 @@ def main() -> None:
     cases = step_data.load_cases()
     if not args.steps_only:
         print("stage 1b, kernels no op row times, from the kernel profiles of steps.jsonl:")
-        coef = fit_strided_cat(fit_attention_dropout(fit_profiled(coef, cases), cases), cases)
+        coef = fit_column_sums(fit_strided_cat(fit_attention_dropout(fit_profiled(coef, cases), cases), cases), cases)
     print(f"stage 2, step level, on {len(cases)} measured steps")
     timelines = [StepTimeline(c, coef) for c in cases]
     started = time.perf_counter()

@@ -10,7 +10,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from ptp_callback.coefficients import HOPPER, CostCoefficients, pick
-from ptp_callback.costs import STRIDED_CAT, OpCost, describe_op
+from ptp_callback.costs import COLUMN_REDUCTION, STRIDED_CAT, OpCost, describe_op
 from ptp_callback.devices import DeviceSpec, get_device
 from ptp_callback.kernels import (
     attention_seconds,
@@ -200,6 +200,23 @@ def test_a_cat_of_strided_views_is_priced_by_its_elements_and_a_contiguous_one_b
         assert kernel_seconds(op, TOY, coef) == pytest.approx(2 * 4 * elements / 0.5e12)
     assert kernel_seconds(contiguous[torch.bfloat16], TOY, coef) == pytest.approx(2 * 2 * elements / 1e12)
     assert kernel_seconds(contiguous[torch.float32], TOY, coef) == pytest.approx(2 * 4 * elements / 1e12)
+
+
+def test_a_sum_over_leading_dims_streams_at_its_own_rate_and_a_sum_along_rows_as_bytes():
+    coef = replace(COEF, kernel_floor_s=0.0, latency_s={}, mem_eff={**COEF.mem_eff, "reduction": 1.0,
+                                                                     "reduction:columns": 0.25})
+    with FakeTensorMode():
+        grad = torch.empty(16384, 768)
+        bias_grad = _describe(torch.ops.aten.sum.dim_IntList, (grad, [0]), phase="backward")  # 768 outputs
+        row_sums = _describe(torch.ops.aten.sum.dim_IntList, (grad, [1]), phase="backward")
+        wide = torch.empty(64, 32768)
+        wide_sum = _describe(torch.ops.aten.sum.dim_IntList, (wide, [0]), phase="backward")  # too many outputs
+    assert (bias_grad.kernel, row_sums.kernel, wide_sum.kernel) == (COLUMN_REDUCTION, "", "")
+    read = 16384 * 768 * 4
+    seconds = {name: kernel_seconds(OpRecord("aten.sum.dim_IntList", "backward", "", cost), TOY, coef)
+               for name, cost in (("columns", bias_grad), ("rows", row_sums))}
+    assert seconds["columns"] == pytest.approx((read + 768 * 4) / 0.25e12)
+    assert seconds["rows"] == pytest.approx((read + 16384 * 4) / 1e12)
 
 
 def _conv_cost(x: torch.Tensor, c_out: int, bias: bool = False, backward: bool = False, kernel: int = 3,
