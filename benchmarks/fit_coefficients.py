@@ -17,8 +17,9 @@ Stage 1b (kernel profiles, ``profile_top`` of ``data/steps.jsonl``): the bandwid
 kernels no op row times (:data:`PROFILED`: pooling, forward and backward), from the device time
 the profiled steps spent in them; and what attention dropout adds to a fused attention kernel, by
 pass and math dtype (no op row has dropout), from the profiled steps of models that train with it;
-and the rate of PyTorch's element-by-element ``cat`` kernel (no op row has a ``cat``), from the
-steps whose profiles time it.
+the rate of PyTorch's element-by-element ``cat`` kernel (no op row has a ``cat``) and the bandwidth
+fraction of sums over leading dimensions (``ops.jsonl`` sums whole tensors), from the steps whose
+profiles time them.
 
 Stage 2 (step level, ``data/steps.jsonl``): the few constants no op row can show -- the step
 loop's own host time and the device's per-kernel floor and launch latency -- are fitted on

@@ -219,6 +219,24 @@ def test_a_sum_over_leading_dims_streams_at_its_own_rate_and_a_sum_along_rows_as
     assert seconds["rows"] == pytest.approx((read + 16384 * 4) / 1e12)
 
 
+def test_a_softmax_over_rows_too_long_for_shared_memory_reads_them_once_per_pass():
+    with FakeTensorMode():
+        vocab, short = torch.empty(64, 50257), torch.empty(64, 1000)  # rows of 196 KB and 4 KB
+        logits = {x.shape[1]: _describe(torch.ops.aten._log_softmax.default, (x, 1, False), phase="forward")
+                  for x in (vocab, short)}
+        out = torch.ops.aten._log_softmax.default(vocab, 1, False)
+        backward = _describe(torch.ops.aten._log_softmax_backward_data.default, (vocab, out, 1, torch.float32),
+                             phase="backward")
+        target = torch.zeros(64, dtype=torch.long)
+        loss = _describe(torch.ops.aten.nll_loss_forward.default, (out, target, None, 1, -100), phase="forward")
+    row_bytes = 64 * 4
+    # max, sum of exponentials, output: three reads and a write; a short row is read once.
+    assert logits[50257].bytes == 4 * 50257 * row_bytes and logits[1000].bytes == 2 * 1000 * row_bytes
+    assert backward.bytes == 4 * 50257 * row_bytes  # the gradient twice, the output once, a write
+    # The loss gathers one log-probability per target.
+    assert loss.bytes < 64 * (8 + 4) + 64
+
+
 def _conv_cost(x: torch.Tensor, c_out: int, bias: bool = False, backward: bool = False, kernel: int = 3,
                stride: int = 1, groups: int = 1) -> OpCost:
     """A convolution of ``x`` (under the caller's fake mode; 3x3, stride 1, same padding unless
