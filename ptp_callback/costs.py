@@ -683,8 +683,9 @@ def _reduces_leading_dims(x: torch.Tensor, out: torch.Tensor) -> bool:
     """Whether a contiguous ``x`` is summed over leading dimensions only into 2 to
     :data:`COLUMN_OUTPUTS` outputs (``grad.sum(0)`` of an ``(N, C)`` gradient: a bias's gradient, a
     norm's weight gradient). Each output then gathers values a row apart, which the H100 ran at
-    0.3-0.4 of its bandwidth (C = 64-3072 in its kernel profiles), where a sum along rows streams at
-    0.9 of it; BERT's 30,522-wide vocabulary bias gradient took what its bytes take at that rate."""
+    0.3-0.6 of its bandwidth (C = 64-3072 in its kernel profiles), where a sum along rows streams at
+    0.9 of it. Wider outputs are left to the row rate: BERT's step, whose sums include a
+    30,522-wide vocabulary bias gradient, took about what that rate gives for it."""
     if not x.is_contiguous() or not 1 < out.numel() <= COLUMN_OUTPUTS or out.numel() >= x.numel():
         return False
     kept = 1
