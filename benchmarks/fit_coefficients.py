@@ -361,12 +361,27 @@ def _profile_ms(case: StepCase) -> dict[str, float]:
     return {name: ms for name, _calls, ms in case.profile}
 
 
+_BANDWIDTH = DEVICE.memory_bw_gbs * 1e9
+
+
+def _bandwidth_fraction(nbytes: float, seconds: float) -> float:
+    """The share of the device's bandwidth that moves ``nbytes`` in ``seconds``."""
+    return nbytes / (_BANDWIDTH * seconds)
+
+
+def _with_median_efficiency(coef: CostCoefficients, key: str, fractions: list[float]) -> CostCoefficients:
+    """``coef`` with ``mem_eff[key]`` the median of ``fractions`` (unchanged where there are none)."""
+    if not fractions:
+        return coef
+    value = statistics.median(fractions)
+    print(f"  mem_eff[{key!r}] = {value:.4g} (median of {len(fractions)} profiled steps)")
+    return replace(coef, mem_eff={**coef.mem_eff, key: value})
+
+
 def fit_profiled(coef: CostCoefficients, cases: list[StepCase]) -> CostCoefficients:
     """Stage 1b: each :data:`PROFILED` efficiency, the median over every profiled step that runs
     those ops (a per-kernel measurement like an op row's, taken inside a training step)."""
-    bandwidth = DEVICE.memory_bw_gbs * 1e9
     profiles = [_profile_ms(case) for case in cases]
-    mem_eff = dict(coef.mem_eff)
     for key, names in PROFILED.items():
         fractions = []
         for case, profile in zip(cases, profiles):
@@ -374,11 +389,9 @@ def fit_profiled(coef: CostCoefficients, cases: list[StepCase]) -> CostCoefficie
                 ms = profile.get(f"aten::{name}")
                 nbytes = sum(op.cost.bytes for op in case.trace.ops if op.name == f"aten.{name}.default")
                 if ms and nbytes:
-                    fractions.append(nbytes / (bandwidth * ms * 1e-3))
-        if fractions:
-            mem_eff[key] = statistics.median(fractions)
-            print(f"  mem_eff[{key!r}] = {mem_eff[key]:.4g} (median of {len(fractions)} profiled steps)")
-    return replace(coef, mem_eff=mem_eff)
+                    fractions.append(_bandwidth_fraction(nbytes, ms * 1e-3))
+        coef = _with_median_efficiency(coef, key, fractions)
+    return coef
 
 
 #: The kernel PyTorch's CUDA ``cat`` runs for inputs that are not contiguous (its strided
@@ -391,21 +404,14 @@ def fit_strided_cat(coef: CostCoefficients, cases: list[StepCase]) -> CostCoeffi
     kernel (no op row times it): per profiled step whose strided cat kernel ran as often as the
     trace has such cats, the fp32 bytes of their elements over the kernel's profiled time; the
     median of those steps."""
-    bandwidth = DEVICE.memory_bw_gbs * 1e9
     fractions = []
     for case in cases:
         calls = sum(c for name, c, _ms in case.profile if STRIDED_CAT_KERNEL.search(name))
         ms = sum(ms for name, _c, ms in case.profile if STRIDED_CAT_KERNEL.search(name))
         cats = [op for op in case.trace.ops if op.cost.kernel == STRIDED_CAT]
         if cats and calls == len(cats):
-            nbytes = sum(per_element_bytes(op.cost) for op in cats)
-            fractions.append(nbytes / (bandwidth * ms * 1e-3))
-    if not fractions:
-        return coef
-    key = f"elementwise:{STRIDED_CAT}"
-    mem_eff = {**coef.mem_eff, key: round(statistics.median(fractions), 4)}
-    print(f"  mem_eff[{key!r}] = {mem_eff[key]:.4g} (median of {len(fractions)} profiled steps)")
-    return replace(coef, mem_eff=mem_eff)
+            fractions.append(_bandwidth_fraction(sum(per_element_bytes(op.cost) for op in cats), ms * 1e-3))
+    return _with_median_efficiency(coef, f"elementwise:{STRIDED_CAT}", fractions)
 
 
 def fit_column_sums(coef: CostCoefficients, cases: list[StepCase]) -> CostCoefficients:
@@ -414,7 +420,6 @@ def fit_column_sums(coef: CostCoefficients, cases: list[StepCase]) -> CostCoeffi
     profiled step, the bytes of its column sums over what its ``aten::sum`` time leaves once its
     other sums are priced; the median over the steps that profiled as many sums as their trace has
     (a convolution's bias gradient, priced with the convolution, profiles as a sum of its own)."""
-    bandwidth = DEVICE.memory_bw_gbs * 1e9
     fractions = []
     for case in cases:
         calls, ms = next(((c, ms) for name, c, ms in case.profile if name == "aten::sum"), (0, 0.0))
@@ -426,13 +431,8 @@ def fit_column_sums(coef: CostCoefficients, cases: list[StepCase]) -> CostCoeffi
         fixed = sum(kernel_seconds(replace(op, cost=replace(op.cost, bytes=0.0)), DEVICE, coef) for op in columns)
         left = ms * 1e-3 - rest - fixed
         if left > 0:
-            fractions.append(sum(op.cost.bytes for op in columns) / (bandwidth * left))
-    if not fractions:
-        return coef
-    key = f"reduction:{COLUMN_REDUCTION}"
-    mem_eff = {**coef.mem_eff, key: round(statistics.median(fractions), 4)}
-    print(f"  mem_eff[{key!r}] = {mem_eff[key]:.4g} (median of {len(fractions)} profiled steps)")
-    return replace(coef, mem_eff=mem_eff)
+            fractions.append(_bandwidth_fraction(sum(op.cost.bytes for op in columns), left))
+    return _with_median_efficiency(coef, f"reduction:{COLUMN_REDUCTION}", fractions)
 
 
 #: The fused attention kernels a CUDA ``scaled_dot_product_attention`` runs (aten op names less their
@@ -579,7 +579,8 @@ def main() -> None:
     cases = step_data.load_cases()
     if not args.steps_only:
         print("stage 1b, kernels no op row times, from the kernel profiles of steps.jsonl:")
-        coef = fit_column_sums(fit_strided_cat(fit_attention_dropout(fit_profiled(coef, cases), cases), cases), cases)
+        for fit in (fit_profiled, fit_attention_dropout, fit_strided_cat, fit_column_sums):
+            coef = fit(coef, cases)
     print(f"stage 2, step level, on {len(cases)} measured steps")
     timelines = [StepTimeline(c, coef) for c in cases]
     started = time.perf_counter()

@@ -652,8 +652,8 @@ def _safe_softmax_bytes(scores: torch.Tensor, out: torch.Tensor, dim: int) -> tu
     return x + x + mask + o + rows, o + mask + rows + o
 
 
-# Softmax kernels and, for each, which argument is read again when its rows are long.
-_SOFTMAX_OPS = {"_softmax": 0, "_log_softmax": 0, "_softmax_backward_data": 0, "_log_softmax_backward_data": 0}
+# Softmax kernels; the first argument (input, or gradient) is read again when its rows are long.
+_SOFTMAX_OPS = frozenset(("_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data"))
 # A block's default shared memory: a softmax row longer than this cannot be held on chip.
 SOFTMAX_ROW_BYTES = 48 * 1024
 
@@ -665,7 +665,7 @@ def _softmax_rereads(name: str, func: torch._ops.OpOverload, args: tuple, kwargs
     exponentials and for the output (two more reads of the input), backward for the sum of the
     gradient and for the result (one more read of the gradient). On the H100 the forward of
     6,145 x 50,257 fp32 logits took 1.58 ms, what four passes over them take at 0.94 of its bandwidth."""
-    x = args[_SOFTMAX_OPS[name]] if args and isinstance(args[_SOFTMAX_OPS[name]], torch.Tensor) else None
+    x = args[0] if args and isinstance(args[0], torch.Tensor) else None
     if x is None or x.dim() == 0:
         return 0
     dim = _arg(func, args, kwargs, "dim", -1)

@@ -132,18 +132,22 @@ def wave_seconds(batch: int, m: int, n: int, k: int, dtype: str, device: DeviceS
     return min(units / per_sm + split_bytes / bandwidth for units, split_bytes in candidates)
 
 
+def _tile_rate(rows: int, cols: int, kind: str, a0: float) -> float:
+    """A tile's rate relative to the largest tile of its kind (see :data:`_TILES`)."""
+    largest = _TILES[kind][0][0] * _TILES[kind][0][1]
+    area = rows * cols
+    return (area / (area + a0)) / (largest / (largest + a0))
+
+
 @lru_cache(maxsize=1 << 18)
 def _wave_candidates(batch: int, m: int, n: int, k: int, kind: str, sms: int, k_fill: float,
                      a0: float, max_split: int = _SPLITS[-1]) -> tuple[tuple[float, float], ...]:
     """Per tile and split-K choice: the FLOPs one SM runs over all waves (at the tile's relative
     rate), and the bytes of fp32 partial sums a split-K writes and reads back. Cached: the fits
     evaluate the same shapes thousands of times."""
-    tiles = _TILES[kind]
-    largest = tiles[0][0] * tiles[0][1]
     out = []
-    for rows, cols in tiles:
-        area = rows * cols
-        relative = (area / (area + a0)) / (largest / (largest + a0))
+    for rows, cols in _TILES[kind]:
+        relative = _tile_rate(rows, cols, kind, a0)
         base_ctas = batch * math.ceil(m / rows) * math.ceil(n / cols)
         for split in _SPLITS:
             if split > max_split or split > 1 and (k / split < 256 or base_ctas >= sms):
@@ -229,15 +233,9 @@ def streamed_seconds(batch: int, m: int, n: int, k: int, dtype: str, device: Dev
     rate = peak_flops(device, dtype) * pick(coef.gemm_eff, ("gemm", family), 0.7)
     k_fill = pick(coef.gemm_k_fill, ("gemm", family), 64.0)
     a0 = coef.gemm_tile_eff.get("tensor", 0.0)
-    tiles = _TILES["tensor"]
-    largest = tiles[0][0] * tiles[0][1]
-    best = math.inf
-    for rows, cols in tiles:
-        area = rows * cols
-        relative = (area / (area + a0)) / (largest / (largest + a0))
-        padded = batch * math.ceil(m / rows) * rows * math.ceil(n / cols) * cols
-        best = min(best, 2.0 * padded * (k + k_fill) / relative)
-    return best / rate
+    best = min(batch * math.ceil(m / rows) * rows * math.ceil(n / cols) * cols / _tile_rate(rows, cols, "tensor", a0)
+               for rows, cols in _TILES["tensor"])
+    return 2.0 * best * (k + k_fill) / rate
 
 
 def conv_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> float:
@@ -282,7 +280,7 @@ def _bias_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients, per_
     """
     nbytes = cost.aux_bytes
     if per_element and not _cpu_rooflines(coef):
-        nbytes *= 4 / _ITEMSIZE.get(cost.dtype, 4)
+        nbytes = _fp32_bytes(nbytes, cost.dtype)
     if cost.backward:
         return memory_seconds(nbytes, device, coef, "reduction", cost.dtype)
     if _cpu_rooflines(coef):
@@ -438,10 +436,15 @@ def _gate_element_s(gates: int, coef: CostCoefficients) -> float:
     return sigmoids * rates.get("sigmoid", 0.0) + tanhs * rates.get("tanh", 0.0)
 
 
+def _fp32_bytes(nbytes: float, dtype: str) -> float:
+    """``nbytes`` of ``dtype`` elements counted as fp32 ones: a kernel whose time follows its elements."""
+    return nbytes * 4 / _ITEMSIZE.get(dtype, 4)
+
+
 def per_element_bytes(cost: OpCost) -> float:
     """What an fp32 copy of an op's elements moves: the bytes of a kernel whose time follows its
     elements whatever their dtype (a strided ``cat``, ``costs.STRIDED_CAT``), priced at its rate."""
-    return (cost.bytes + cost.aux_bytes) * 4 / _ITEMSIZE.get(cost.dtype, 4)
+    return _fp32_bytes(cost.bytes + cost.aux_bytes, cost.dtype)
 
 
 def element_seconds(op: OpRecord, coef: CostCoefficients) -> float:
