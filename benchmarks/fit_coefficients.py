@@ -3,7 +3,8 @@ per-step host constants on whole training steps.
 
 usage: python benchmarks/fit_coefficients.py [--rounds N] [--train-fraction F] [--seed S]
 
-Stage 1 (op level, ``data/ops.jsonl``): every measured op of the shape grids, recorded as a trace
+Stage 1 (op level, ``data/ops.jsonl`` and the H100 rows of ``data/ops_recurrent_2026-11-26.jsonl``,
+another session's recurrent layers: ``op_data.SESSIONS``): every measured op of the shape grids, recorded as a trace
 records it (``op_data.py``), is predicted as ``max(device time, host time)`` -- a tiny op's CUDA
 events measure the host issuing it. The host costs per op come from the ``host`` rows (tiny ops
 issued in a loop, with and without autocast, forward and backward, an AdamW step over 100
@@ -11,7 +12,9 @@ parameters); then each class's device parameters (efficiencies, tile and K-fill 
 misaligned-kernel rates, convolution families and passes, attention and recurrent terms,
 bandwidth efficiencies and latencies) are fitted to that class's device-bound rows (measured at
 least twice the host time), by coordinate descent on the absolute log error (the median ratio)
-with a weak pull toward physical starting values.
+with a weak pull toward physical starting values. A group timed in more than one session (the
+recurrent layers, whose time steps the host launches one by one) is fitted on rows levelled to
+the sessions' common level (:func:`session_levels`), each session weighing the same.
 
 Stage 1b (kernel profiles, ``profile_top`` of ``data/steps.jsonl``): the bandwidth fraction of
 kernels no op row times (:data:`PROFILED`: pooling, forward and backward), from the device time
@@ -40,7 +43,7 @@ import re
 import statistics
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable
 
@@ -105,7 +108,6 @@ OP_PARAMS: dict[str, list[Param]] = {
     "recurrent": [
         *[("recurrent", f"step_s:{r}:{p}", 0.2e-6, 100e-6) for r in ("standard", "persistent") for p in ("fwd", "bwd")],
         ("recurrent", "step_s:standard:fwd:bf16", 0.2e-6, 100e-6), ("recurrent", "step_s:standard:bwd:bf16", 0.2e-6, 100e-6),
-        ("recurrent", "scale:fwd", 0.3, 3.0), ("recurrent", "scale:bwd", 0.3, 3.0),
         ("latency_s", "recurrent:fwd", 0.0, 5e-3), ("latency_s", "recurrent:bwd", 0.0, 5e-3),
         ("host_class_s", "recurrent", 0.0, 300e-6),
     ],
@@ -280,15 +282,38 @@ def device_bound(m: Measurement, coef: CostCoefficients) -> bool:
 
 
 def op_loss(measurements: list[Measurement]) -> Callable[[CostCoefficients], float]:
+    """Mean absolute log error, each benchmark session weighing the same (``op_data.SESSIONS``):
+    a session's rows share one host, so many rows of one session are one draw of it, not many."""
+    per_session = Counter(m.session for m in measurements)
+    weights = [1.0 / (len(per_session) * per_session[m.session]) for m in measurements]
+
     def loss(coef: CostCoefficients) -> float:
         total = 0.0
-        for m in measurements:
+        for m, weight in zip(measurements, weights):
             error = math.log(predict_measurement(m, coef) / m.us)
             # Absolute, not squared: the fit aims at the median ratio, and the few shapes where
             # cuDNN picks a kernel 5-10x slower than its usual one do not drag the rest.
-            total += abs(error)
-        return total / max(1, len(measurements))
+            total += weight * abs(error)
+        return total
     return loss
+
+
+#: Fits of a group timed in several sessions: each one levels the sessions by the last one's residuals.
+SESSION_ROUNDS = 3
+
+
+def session_levels(measurements: list[Measurement], coef: CostCoefficients) -> dict[str, float]:
+    """Per benchmark session, the factor that brings its times to the sessions' common level: its
+    median log ratio of predicted to measured, less the mean of those medians over the sessions.
+    The same shapes ran 1.7x apart on two days' hosts (a cuDNN RNN's time steps are launched one
+    by one); levelled, the fit aims at the geometric mean of the hosts, not at whichever session's
+    rows scatter least."""
+    ratios: dict[str, list[float]] = defaultdict(list)
+    for m in measurements:
+        ratios[m.session].append(math.log(predict_measurement(m, coef) / m.us))
+    medians = {session: statistics.median(values) for session, values in ratios.items()}
+    mean = sum(medians.values()) / len(medians)
+    return {session: math.exp(median - mean) for session, median in medians.items()}
 
 
 def split_keys(measurements: list[Measurement], train_fraction: float, seed: int) -> tuple[set[str], set[str]]:
@@ -332,11 +357,15 @@ def fit_ops(measurements: list[Measurement], start: CostCoefficients = INITIAL, 
         if not rows:
             continue
         started = time.perf_counter()
-        coef = coordinate_descent(op_loss(rows), coef, device_params, rounds, prior=start)
         library = [p for p in OP_PARAMS[group] if p not in device_params]
-        if library:
-            # The extra host time of a library call (cuBLAS, cuDNN) shows on the host-bound rows.
-            coef = coordinate_descent(op_loss(every), coef, library, rounds, prior=start)
+        levelled, levelled_every = rows, every
+        for _ in range(SESSION_ROUNDS if len({m.session for m in every}) > 1 else 1):
+            coef = coordinate_descent(op_loss(levelled), coef, device_params, rounds, prior=start)
+            if library:
+                # The extra host time of a library call (cuBLAS, cuDNN) shows on the host-bound rows.
+                coef = coordinate_descent(op_loss(levelled_every), coef, library, rounds, prior=start)
+            levels = session_levels(every, coef)
+            levelled, levelled_every = ([replace(m, us=m.us * levels[m.session]) for m in part] for part in (rows, every))
         if verbose:
             errors = [abs(predict_measurement(m, coef) / m.us - 1.0) for m in rows]
             errors.sort()
@@ -590,7 +619,8 @@ def main() -> None:
     for table, key, _lo, _hi in STEP_PARAMS:
         print(f"  {table}{'' if key is None else f'[{key!r}]'} = {get_param(coef, table, key):.4g}")
     coef = replace(coef, source=f"fitted by benchmarks/fit_coefficients.py on {time.strftime('%Y-%m-%d')}: "
-                                "ops.jsonl (op level) and steps.jsonl (per-step host constants), H100 SXM")
+                                "ops.jsonl and ops_recurrent_2026-11-26.jsonl (op level) and steps.jsonl (per-step host constants), "
+                                "H100 SXM")
     print(render_python(coef))
 
 

@@ -59,6 +59,7 @@ class Measurement:
     part: str
     us: float
     ops: tuple[OpRecord, ...]
+    session: str = "ops.jsonl"
 
 
 def _precision(dtype: str) -> PrecisionSpec:
@@ -321,7 +322,7 @@ def _row_key(row: dict) -> str:
     return f"{row['op']}|{row['dtype']}|{json.dumps(row['shape'], sort_keys=True)}"
 
 
-def build(rows: list[dict]) -> list[Measurement]:
+def build(rows: list[dict], session: str = "ops.jsonl") -> list[Measurement]:
     """Every measurement of ``rows`` with its op records (skipping rows that recorded an error)."""
     out = []
     for row in rows:
@@ -337,18 +338,28 @@ def build(rows: list[dict]) -> list[Measurement]:
             if part == "bwd":
                 ops = [op for op in ops if op.phase == "backward"]
             shape = tuple(sorted(row["shape"].items()))
-            out.append(Measurement(_row_key(row), group, row["op"], row["dtype"], shape, part, float(us), tuple(ops)))
+            out.append(Measurement(_row_key(row), group, row["op"], row["dtype"], shape, part, float(us), tuple(ops),
+                                   session))
     return out
 
 
-def _fingerprint(path: str) -> str:
+#: The op timings the fit reads, each one session of the benchmark on one H100: ``ops.jsonl`` (every
+#: group) and a later session's recurrent layers (``recurrent_sweep.py``; its H200 rows time
+#: another device and are left out). A cuDNN RNN's time steps are bound by the host launching
+#: them, and the two sessions' hosts launched them 1.7x apart on the same shapes: two draws of the
+#: host a user's run may get, so the fit weighs each session equally (``fit_coefficients.op_loss``).
+SESSIONS = ("ops.jsonl", "ops_recurrent_2026-11-26.jsonl")
+SESSION_DEVICE = "NVIDIA H100 80GB HBM3"
+
+
+def _fingerprint(paths: list[str]) -> str:
     digest = hashlib.sha1()
     root = os.path.join(os.path.dirname(HERE), "ptp_callback")
     for name in sorted(os.listdir(root)):
         if name.endswith(".py"):
             with open(os.path.join(root, name), "rb") as f:
                 digest.update(f.read())
-    for extra in (path, os.path.abspath(__file__)):
+    for extra in (*paths, os.path.abspath(__file__)):
         with open(extra, "rb") as f:
             digest.update(f.read())
     digest.update(torch.__version__.encode())
@@ -356,15 +367,19 @@ def _fingerprint(path: str) -> str:
 
 
 def load(path: str | None = None) -> list[Measurement]:
-    """The measurements of ``ops.jsonl`` with their records, from the cache when it is current."""
-    path = path or os.path.join(HERE, "data", "ops.jsonl")
-    cached = os.path.join(CACHE, f"ops-{_fingerprint(path)}.pkl")
+    """The measurements of the op sessions (:data:`SESSIONS`, or the one file ``path``) with their
+    records, from the cache when it is current."""
+    paths = [path] if path else [os.path.join(HERE, "data", name) for name in SESSIONS]
+    cached = os.path.join(CACHE, f"ops-{_fingerprint(paths)}.pkl")
     if os.path.exists(cached):
         with open(cached, "rb") as f:
             return pickle.load(f)
-    with open(path) as f:
-        rows = [json.loads(line) for line in f]
-    measurements = build(rows)
+    measurements = []
+    for one in paths:
+        with open(one) as f:
+            rows = [json.loads(line) for line in f]
+        rows = [row for row in rows if row.get("device", SESSION_DEVICE) == SESSION_DEVICE]
+        measurements += build(rows, os.path.basename(one))
     os.makedirs(CACHE, exist_ok=True)
     for stale in os.listdir(CACHE):
         if stale.startswith("ops-") and stale.endswith(".pkl"):

@@ -28,9 +28,12 @@ broad shape grids (``benchmarks/fit_coefficients.py``), never on a model:
   with the head dimension, on the waves of (batch x heads x query blocks) CTAs; causal halves the
   work; dropout in the kernel costs extra.
 * ``recurrent``: a cuDNN RNN call is a fixed setup cost and, per layer and direction, one GEMM
-  over all time steps for the input projection and then one step after another: the recurrent
-  GEMM of each step (never faster than a fixed per-step latency, which depends on whether
-  cuDNN's persistent kernels run the layer), backward the same plus the weight-gradient GEMMs.
+  over all time steps for the input projection and then one step after another: each step's
+  recurrent GEMM (backward: its data gradient), as one kernel whose few CTAs walk the whole K
+  without split-K, and its gates' kernel; never faster than a fixed per-step time, which depends
+  on whether cuDNN's persistent kernels run the layer (outside them, the host launching each
+  step's kernels). Backward: the same steps plus the input's data gradient and the
+  weight-gradient GEMMs.
 * everything else: bytes over bandwidth at the class's efficiency, plus the class's latency; on a
   CPU never less than its elements at the probed time per element of that op, where the probe
   measured one (random numbers, transcendental functions, pooling: ``probe.element_ops``).
@@ -378,12 +381,22 @@ def recurrent_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) 
     step_floor = pick(coef.recurrent, (f"step_s:{regime}", direction, family), 20e-6)
     nbytes = cost.dtype in ("fp32", "tf32") and 4 or 2
     total = 0.0
-    for layer_input in rnn_layer_inputs(cost.dims):
+    if persistent:
+        # One kernel runs every step, the weights held on chip.
         per_step = wave_seconds(1, batch, width, recurrent, cost.dtype, device, coef)
+    elif cost.backward:
+        # One step's recurrent GEMM, here its data gradient (batch x width) @ (width x recurrent), as
+        # one kernel of a few CTAs that walk the whole K alone (no split-K: the H100 profiles time
+        # 15 us for the TF32 backward's K = 2304 at batch 32), then the step's gates in a kernel of
+        # their own.
+        per_step = wave_seconds(1, batch, recurrent, width, cost.dtype, device, coef, max_split=1) + coef.kernel_floor_s
+    else:
+        per_step = wave_seconds(1, batch, width, recurrent, cost.dtype, device, coef, max_split=1) + coef.kernel_floor_s
+    weights = width * recurrent * nbytes
+    if weights > device.l2_mb * 1e6 * coef.recurrent.get("l2_fraction", 0.5):
         # Each step reads the recurrent weights again (cached in L2 when they fit).
-        weights = width * recurrent * nbytes
-        if weights > device.l2_mb * 1e6 * coef.recurrent.get("l2_fraction", 0.5):
-            per_step = max(per_step, memory_seconds(weights, device, coef, "gemm", cost.dtype))
+        per_step = max(per_step, memory_seconds(weights, device, coef, "gemm", cost.dtype))
+    for layer_input in rnn_layer_inputs(cost.dims):
         steps = seq * max(step_floor, per_step)
         if cost.backward:
             big = (wave_seconds(1, batch * seq, layer_input, width, cost.dtype, device, coef)
@@ -394,7 +407,7 @@ def recurrent_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) 
     # cuDNN's per-call setup (descriptors, workspace): measured 1-2 ms per forward+backward, so that a
     # short sequence costs far more per step than a long one.
     setup = pick(coef.latency_s, ("recurrent", direction), 0.0)
-    return total * pick(coef.recurrent, ("scale", direction, family), 1.0) + setup
+    return total + setup
 
 
 def cpu_recurrent_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> float:

@@ -85,14 +85,32 @@ def test_recurrent_call_is_input_gemm_plus_sequential_steps():
     # One LSTM layer, one direction: batch 8, 100 steps, input 16, hidden 32 (gates x hidden = 128).
     cost = OpCost("recurrent", 0.0, 0.0, 1, "bf16", dims=(4, 1, 1, 8, 100, 16, 32, 0))
     coef = replace(COEF, recurrent={"persistent_max_hidden": 0, "step_s:standard": 20e-6, "l2_fraction": 0.5})
-    step = max(20e-6, wave_seconds(1, 8, 128, 32, "bf16", TOY, coef))
+    step = max(20e-6, wave_seconds(1, 8, 128, 32, "bf16", TOY, coef, max_split=1) + coef.kernel_floor_s)
     expected = 100 * step + wave_seconds(1, 8 * 100, 128, 16, "bf16", TOY, coef)
     assert recurrent_seconds(cost, TOY, coef) == pytest.approx(expected)
     assert 100 * 20e-6 <= expected < 100 * 20e-6 * 1.01  # a small layer is bound by its per-step latency
-    # Backward: the same steps, plus the input's data gradient and both weight gradients.
+    # Backward: each step's data gradient (8 x 128) @ (128 x 32), plus the input's data gradient
+    # and both weight gradients.
     backward = replace(cost, backward=True)
-    expected_bwd = 100 * step + wave_seconds(1, 800, 16, 128, "bf16", TOY, coef) + wave_seconds(1, 128, 48, 800, "bf16", TOY, coef)
+    step_bwd = max(20e-6, wave_seconds(1, 8, 32, 128, "bf16", TOY, coef, max_split=1) + coef.kernel_floor_s)
+    expected_bwd = (100 * step_bwd + wave_seconds(1, 800, 16, 128, "bf16", TOY, coef)
+                    + wave_seconds(1, 128, 48, 800, "bf16", TOY, coef))
     assert recurrent_seconds(backward, TOY, coef) == pytest.approx(expected_bwd)
+
+
+def test_a_wide_recurrent_step_is_bound_by_its_gemm_walking_k_alone():
+    # Batch 32, GRU hidden 768 (K = 2304 in the backward's per-step GEMM): a handful of CTAs each
+    # walk the whole K, so the step takes longer than its latency floor, and split-K, which the
+    # wave model allows a lone GEMM of that shape, is not what cuDNN runs.
+    cost = OpCost("recurrent", 0.0, 0.0, 1, "tf32", dims=(3, 1, 1, 32, 100, 768, 768, 0), backward=True)
+    coef = replace(COEF, recurrent={"persistent_max_hidden": 0, "step_s:standard": 1e-9, "l2_fraction": 0.5},
+                   kernel_floor_s=2e-6)
+    h100 = get_device("h100-sxm")
+    alone = wave_seconds(1, 32, 768, 2304, "tf32", h100, coef, max_split=1)
+    assert alone > 2 * wave_seconds(1, 32, 768, 2304, "tf32", h100, coef)
+    big = (wave_seconds(1, 3200, 768, 2304, "tf32", h100, coef)
+           + wave_seconds(1, 2304, 1536, 3200, "tf32", h100, coef))
+    assert recurrent_seconds(cost, h100, coef) == pytest.approx(100 * (alone + 2e-6) + big)
 
 
 def test_attention_with_few_query_blocks_leaves_sms_idle():
