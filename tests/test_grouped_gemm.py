@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from ptp_callback import get_device, predict_step, trace_step
 from ptp_callback.coefficients import HOPPER
-from ptp_callback.kernels import kernel_seconds, streamed_seconds, wave_seconds
+from ptp_callback.kernels import kernel_seconds, memory_seconds, streamed_seconds, wave_seconds
 from ptp_callback.tracer import TraceWarning
 
 if not hasattr(torch, "_grouped_mm"):
@@ -98,8 +98,11 @@ def test_bf16_grouped_gemm_is_one_kernel_on_hopper_and_a_loop_of_gemms_before_it
     for name, one_kernel in (("h100-sxm", True), ("a100-sxm-80gb", False)):
         device = get_device(name)
         # Hopper's grouped kernel is a persistent TMA kernel: its tiles' work spreads over every SM.
-        body = (streamed_seconds(groups, m, n, k, "bf16", device, HOPPER) if one_kernel
-                else groups * wave_seconds(1, m, n, k, "bf16", device, HOPPER))
+        # (Either never faster than its bytes: at a copy's bandwidth for the TMA kernel.)
+        body = (max(streamed_seconds(groups, m, n, k, "bf16", device, HOPPER),
+                    memory_seconds(op.cost.bytes, device, HOPPER, "elementwise", "fp32")) if one_kernel
+                else max(groups * wave_seconds(1, m, n, k, "bf16", device, HOPPER),
+                         memory_seconds(op.cost.bytes, device, HOPPER, "gemm", "bf16")))
         assert kernel_seconds(op, device, HOPPER) == pytest.approx(floor + body)
 
 
