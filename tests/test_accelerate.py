@@ -102,12 +102,23 @@ def test_save_state_and_load_state_carry_the_calibration_and_the_position(tmp_pa
     assert second.forecaster.parts(second.clock())["train"].count == 24
 
 
+# On a loaded 2-core machine (2026-11-27, torch 2.14.1), one rank of this two-process CPU run
+# aborted with this C++ message after the main process had already reported the whole run
+# ("ptp: run took ..."): a thread torn down while still joinable. tests/ddp_fit.py once did the
+# same under Lightning. The abort happens at the end of the run, not in the callback, so such a
+# run gets one more try, and that try must pass every check.
+GLOO_EXIT_ABORT = "terminate called without an active exception"
+
+
 def test_two_processes_through_torchrun_with_gloo():
     env = dict(os.environ, ACCELERATE_USE_CPU="1", OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
     # --standalone: the rendezvous takes a free port (a fixed one can still be held by another run).
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                EXAMPLE, "--device", "h100-sxm", "--samples", "512", "--epochs", "1"]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    if result.returncode != 0 and GLOO_EXIT_ABORT in result.stderr:
+        # One more run where gloo's teardown aborted a rank as it exited (see GLOO_EXIT_ABORT).
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout + result.stderr
     # each process gets 512 / 32 / 2 = 8 batches; one plan line, one report, one bar: the local main process's
