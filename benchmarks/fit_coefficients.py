@@ -313,6 +313,14 @@ def op_loss(measurements: list[Measurement]) -> Callable[[CostCoefficients], flo
 SESSION_ROUNDS = 3
 
 
+def multi_session_groups(measurements: list[Measurement]) -> set[str]:
+    """The groups whose rows come from more than one benchmark session."""
+    sessions: dict[str, set[str]] = defaultdict(set)
+    for m in measurements:
+        sessions[m.group].add(m.session)
+    return {group for group, seen in sessions.items() if len(seen) > 1}
+
+
 def session_levels(measurements: list[Measurement], coef: CostCoefficients) -> dict[str, float]:
     """Per benchmark session, the factor that brings its times to the sessions' common level: its
     median log ratio of predicted to measured, less the mean of those medians over the sessions.
@@ -370,13 +378,14 @@ def fit_ops(measurements: list[Measurement], start: CostCoefficients = INITIAL, 
         started = time.perf_counter()
         library = [p for p in OP_PARAMS[group] if p not in device_params]
         levelled, levelled_every = rows, every
-        for _ in range(SESSION_ROUNDS if len({m.session for m in every}) > 1 else 1):
+        for _ in range(SESSION_ROUNDS if group in multi_session_groups(every) else 1):
             coef = coordinate_descent(op_loss(levelled), coef, device_params, rounds, prior=start)
             if library:
                 # The extra host time of a library call (cuBLAS, cuDNN) shows on the host-bound rows.
                 coef = coordinate_descent(op_loss(levelled_every), coef, library, rounds, prior=start)
             levels = session_levels(every, coef)
-            levelled, levelled_every = ([replace(m, us=m.us * levels[m.session]) for m in part] for part in (rows, every))
+            levelled = [replace(m, us=m.us * levels[m.session]) for m in rows]
+            levelled_every = [replace(m, us=m.us * levels[m.session]) for m in every]
         if verbose:
             errors = [abs(predict_measurement(m, coef) / m.us - 1.0) for m in rows]
             errors.sort()

@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import op_data  # noqa: E402
 from fit_coefficients import (  # noqa: E402
-    INITIAL, device_bound, fit_ops, predict_measurement, session_levels, shape_key, split_keys)
+    INITIAL, device_bound, fit_ops, multi_session_groups, predict_measurement, session_levels, shape_key, split_keys)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -64,7 +64,7 @@ def held_out_errors(measurements: list, seed: int, fraction: float, rounds: int)
     # rows brought to the sessions' common level, the levels taken from the fitted rows: how
     # well the model follows the shapes, apart from the speed of the host each session had.
     levels = {group: session_levels([m for m in train if m.group == group], coef)
-              for group in {m.group for m in measurements if m.session != measurements[0].session}}
+              for group in multi_session_groups(measurements)}
     by_group: Errors = defaultdict(list)
     by_kind: Errors = defaultdict(list)
     for m in test:
