@@ -384,14 +384,13 @@ def recurrent_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) 
     if persistent:
         # One kernel runs every step, the weights held on chip.
         per_step = wave_seconds(1, batch, width, recurrent, cost.dtype, device, coef)
-    elif cost.backward:
-        # One step's recurrent GEMM, here its data gradient (batch x width) @ (width x recurrent), as
-        # one kernel of a few CTAs that walk the whole K alone (no split-K: the H100 profiles time
-        # 15 us for the TF32 backward's K = 2304 at batch 32), then the step's gates in a kernel of
-        # their own.
-        per_step = wave_seconds(1, batch, recurrent, width, cost.dtype, device, coef, max_split=1) + coef.kernel_floor_s
     else:
-        per_step = wave_seconds(1, batch, width, recurrent, cost.dtype, device, coef, max_split=1) + coef.kernel_floor_s
+        # One step's recurrent GEMM -- forward (batch x recurrent) @ (recurrent x width), backward its
+        # data gradient (batch x width) @ (width x recurrent) -- as one kernel of a few CTAs that walk
+        # the whole K alone (no split-K: the H100 profiles time 15 us for the TF32 backward's
+        # K = 2304 at batch 32), then the step's gates in a kernel of their own.
+        n, k = (recurrent, width) if cost.backward else (width, recurrent)
+        per_step = wave_seconds(1, batch, n, k, cost.dtype, device, coef, max_split=1) + coef.kernel_floor_s
     weights = width * recurrent * nbytes
     if weights > device.l2_mb * 1e6 * coef.recurrent.get("l2_fraction", 0.5):
         # Each step reads the recurrent weights again (cached in L2 when they fit).
