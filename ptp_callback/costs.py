@@ -216,7 +216,8 @@ class OpCost:
     ``(gates, layers, directions, batch, seq, input, hidden, proj)``; convolution:
     ``(n, c_in, c_out, in_pixels, out_pixels, kernel_pixels, groups, stride)``; batch norm:
     ``(elements per channel, channels)``, plus the feature-map pixels for an NCHW input).
-    ``fresh_bytes``: the op's newly allocated outputs of :data:`LARGE_ALLOCATION_BYTES` or more
+    ``passes`` names the cuDNN pass each of ``gemms`` runs (``fwd``, ``dgrad``, ``wgrad``: a
+    transposed convolution's forward is a data gradient). ``fresh_bytes``: the op's newly allocated outputs of :data:`LARGE_ALLOCATION_BYTES` or more
     (a CPU maps such allocations from the OS afresh, page by page, when they are first written).
     """
 
@@ -238,6 +239,7 @@ class OpCost:
     dims: tuple[int, ...] = ()
     pass_bytes: tuple[float, ...] = ()
     fresh_bytes: float = 0.0
+    passes: tuple[str, ...] = ()
 
 
 @lru_cache(maxsize=None)
@@ -437,12 +439,20 @@ def _spatial(shape: torch.Size) -> int:
 
 def _conv_dims(func: torch._ops.OpOverload, args: tuple, kwargs: dict, out: list[torch.Tensor]) -> tuple[int, ...]:
     """``(n, c_in, c_out, in_pixels, out_pixels, kernel_pixels, groups, stride, filter_width,
-    height_slack)`` of a convolution.
+    height_slack, taps)`` of a convolution.
 
     ``filter_width``: the filter's last side; ``height_slack``: the input's height less the filter's
     and the rows a stride skips at the padded start (0 without a height axis), negative when the
     input cannot hold the filter. oneDNN's direct depthwise weight-gradient kernel needs a width
-    up to 3 and a slack of 0 or more (:func:`kernels.depthwise_seconds`).
+    up to 3 and a slack of 0 or more (:func:`kernels.depthwise_seconds`). ``taps``: the filter taps
+    that reach one input pixel on average, rounded up (``kernel_pixels`` over the product of the
+    strides of every spatial axis: 2 for a 1-D kernel of 3 at stride 2, 4 for a 3x3x3 one at stride
+    2; :func:`conv_gemms`).
+
+    A transposed convolution is given as the convolution it is the transpose of (its input is that
+    convolution's output): cuDNN runs its forward as that convolution's data gradient, and its
+    backward as that convolution's forward (the data gradient) and weight gradient
+    (:func:`conv_passes`).
     """
     try:
         if func.overloadpacket.__name__ == "convolution_backward":
@@ -452,14 +462,35 @@ def _conv_dims(func: torch._ops.OpOverload, args: tuple, kwargs: dict, out: list
             data, weight = args[0], args[1]
             result = out[0]
         groups = int(_arg(func, args, kwargs, "groups", 1) or 1)
-        stride = _arg(func, args, kwargs, "stride", [1])
+        stride = list(_arg(func, args, kwargs, "stride", [1]) or [1])
         padding = _arg(func, args, kwargs, "padding", [0])
-        return (int(data.shape[0]), int(data.shape[1]), int(weight.shape[0]), _spatial(data.shape),
-                _spatial(result.shape), math.prod(weight.shape[2:]), groups, int(max(stride) if stride else 1),
+        c_out = int(weight.shape[0])
+        if _transposed(func, args, kwargs):
+            # The weight of a transposed convolution is (C_in, C_out / groups, *kernel).
+            data, result, c_out = result, data, int(data.shape[1])
+        axes = max(1, weight.dim() - 2)
+        strides = math.prod(int(stride[i] if i < len(stride) else stride[0]) for i in range(axes))
+        return (int(data.shape[0]), int(data.shape[1]), c_out, _spatial(data.shape),
+                _spatial(result.shape), math.prod(weight.shape[2:]), groups, int(max(stride)),
                 int(weight.shape[-1]) if weight.dim() > 2 else 1,
-                _height_slack(data.shape[2:], weight.shape[2:], stride, padding))
+                _height_slack(data.shape[2:], weight.shape[2:], stride, padding),
+                -(-math.prod(weight.shape[2:]) // max(1, strides)))
     except (AttributeError, IndexError, TypeError):
         return ()
+
+
+def _transposed(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> bool:
+    return bool(_arg(func, args, kwargs, "transposed", False))
+
+
+def conv_passes(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[str, ...]:
+    """The cuDNN passes a convolution op runs, in the order of its implicit GEMMs: ``("fwd",)``
+    for a forward, ``("dgrad", "wgrad")`` for a backward (data and weight gradients); a transposed
+    convolution's ``("dgrad",)`` and ``("fwd", "wgrad")``, those of the convolution it transposes."""
+    backward = func.overloadpacket.__name__ == "convolution_backward"
+    if _transposed(func, args, kwargs):
+        return ("fwd", "wgrad") if backward else ("dgrad",)
+    return ("dgrad", "wgrad") if backward else ("fwd",)
 
 
 def _height_slack(sides: Sequence[int], filter_sides: Sequence[int], stride: Sequence[int],
@@ -511,7 +542,7 @@ def conv_gemms(dims: tuple[int, ...], passes: tuple[str, ...], channels_first: b
     """The implicit GEMMs ``(batch, m, n, k)`` of a convolution's passes (cuDNN's formulation).
 
     ``fwd``: m = output pixels, n = C_out/g, k = C_in/g x kernel; ``dgrad``: m = input pixels,
-    n = C_in/g, k = C_out/g x the filter taps that reach one input pixel (kernel / stride^2: the
+    n = C_in/g, k = C_out/g x the filter taps that reach one input pixel (``taps``, kernel / stride^2 in 2-D: the
     data gradient of a stride-2 convolution runs as strided sub-problems, not over an output
     gradient padded with zeros; held-out median error of the H100's convolutions 20.1% -> 18.5%
     over three random splits); ``wgrad``: m = C_out/g, n = C_in/g x kernel, k = N x output
@@ -529,7 +560,8 @@ def conv_gemms(dims: tuple[int, ...], passes: tuple[str, ...], channels_first: b
     ci, co = max(1, c_in // groups), max(1, c_out // groups)
     pi, po = _chunked(ci, k_chunk), _chunked(co, k_chunk)
     images, rows = (n, 1) if channels_first else (1, n)
-    taps = -(-kernel // (stride * stride))  # filter taps that reach one input pixel
+    # The filter taps that reach one input pixel (a square 2-D stride when dims do not say).
+    taps = dims[10] if len(dims) > 10 else -(-kernel // (stride * stride))
     shapes = {"fwd": (groups * images, rows * out_px, co, pi * kernel),
               "dgrad": (groups * images, rows * in_px, ci, po * taps),
               "wgrad": (groups, co, ci * kernel, n * out_px)}
@@ -766,6 +798,7 @@ def describe_op(
     gemms: tuple[tuple[int, int, int, int], ...] = ()
     layout = 0.0
     pass_bytes: tuple[float, ...] = ()
+    passes: tuple[str, ...] = ()
     dims: tuple[int, ...] = ()
     kernel_family = ""
     if op_class == "gemm":
@@ -800,10 +833,11 @@ def describe_op(
             channels_first = _channels_first(args)
             # A K chunk is 128 bytes of channels (64 half, 32 TF32) in cuDNN's sm90 kernels.
             chunk = 128 // dtype.itemsize if kernel_family != "grouped" else 1
+            passes = conv_passes(func, args, kwargs)
             if name == "convolution_backward":
                 # Always (data gradient, weight gradient); a pass the mask leaves out is empty.
                 mask = _arg(func, args, kwargs, "output_mask", [True, True, False])
-                both = conv_gemms(dims, ("dgrad", "wgrad"), channels_first, chunk)
+                both = conv_gemms(dims, passes, channels_first, chunk)
                 gemms = tuple(g if on else _NO_GEMM for g, on in zip(both, mask[:2]))
                 # Each gradient kernel reads the output gradient, and the weight (data gradient)
                 # or the input (weight gradient), and writes its own result.
@@ -813,7 +847,7 @@ def describe_op(
                                    if on and result is not None else 0.0
                                    for i, (on, result) in enumerate(zip(mask[:2], results)))
             else:
-                gemms = conv_gemms(dims, ("fwd",), channels_first, chunk)
+                gemms = conv_gemms(dims, passes, channels_first, chunk)
                 pass_bytes = (float(read + written),)
             # A 1x1 stride-1 convolution is a plain GEMM per image in NCHW, with nothing to convert,
             # as long as an image's pixel rows keep the 16-byte alignment half-precision tensor-core
@@ -903,4 +937,4 @@ def describe_op(
         kernels += 1
     return OpCost(op_class, flops, float(read + written), kernels, dtype_key, gemm, causal,
                   "backward" in name, misaligned, alignment, aux, dropout, gemms, layout, kernel_family, dims,
-                  pass_bytes, large_fresh)
+                  pass_bytes, large_fresh, passes)

@@ -250,7 +250,7 @@ def conv_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> fl
     if cost.gemms and not _cpu_rooflines(coef):
         # One kernel per pass, each bound by its own GEMM or its own bytes: a backward's data
         # gradient may be compute-bound while its weight gradient streams the activations.
-        passes = ("dgrad", "wgrad") if cost.backward else ("fwd",)
+        passes = cost.passes or (("dgrad", "wgrad") if cost.backward else ("fwd",))
         pass_bytes = cost.pass_bytes or (cost.bytes / len(cost.gemms),) * len(cost.gemms)
         body = 0.0
         for gemm, part, nbytes in zip(cost.gemms, passes, pass_bytes):

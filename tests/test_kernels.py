@@ -318,6 +318,51 @@ def test_a_strided_convolutions_data_gradient_runs_only_the_taps_that_reach_each
     assert strided.gemms[1] == (1, 64, 64 * 9, 8 * 196)
 
 
+def test_the_taps_a_data_gradient_runs_follow_the_stride_of_every_spatial_axis():
+    def data_gradient(x: torch.Tensor, w: torch.Tensor) -> tuple[int, int, int, int]:
+        axes = x.dim() - 2
+        conv = (x, w, None, [2] * axes, [1] * axes, [1] * axes, False, [0] * axes, 1)
+        args = (torch.ops.aten.convolution.default(*conv), x, w, None, *conv[3:], [True, True, False])
+        return _describe(torch.ops.aten.convolution_backward.default, args, phase="backward").gemms[0]
+
+    with FakeTensorMode():
+        line = data_gradient(torch.empty(8, 64, 100), torch.empty(64, 64, 3))
+        volume = data_gradient(torch.empty(2, 64, 8, 16, 16), torch.empty(64, 64, 3, 3, 3))
+    # A kernel of 3 at stride 2 reaches an input point with 1.5 taps on average: 2 in 1-D (not
+    # the 1 of 3 / 2^2); a 3x3x3 kernel at stride 2 with 27 / 8 -> 4 (not 27 / 4 -> 7).
+    assert line == (8, 100, 64, 64 * 2)
+    assert volume == (2, 8 * 16 * 16, 64, 64 * 4)
+
+
+def test_a_transposed_convolution_runs_the_passes_of_the_convolution_it_transposes():
+    with FakeTensorMode():
+        # ConvTranspose2d(128, 64, 2, stride=2): 14x14 maps of 128 channels to 28x28 maps of 64.
+        x = torch.empty(8, 128, 14, 14)
+        w = torch.empty(128, 64, 2, 2)
+        up = (x, w, None, [2, 2], [0, 0], [1, 1], True, [0, 0], 1)
+        forward = _describe(torch.ops.aten.convolution.default, up, phase="forward")
+        args = (torch.ops.aten.convolution.default(*up), x, w, None, *up[3:], [True, True, False])
+        backward = _describe(torch.ops.aten.convolution_backward.default, args, phase="backward")
+        # The convolution it transposes: Conv2d(64, 128, 2, stride=2) of the 28x28 maps.
+        y = torch.empty(8, 64, 28, 28)
+        down = (y, w, None, [2, 2], [0, 0], [1, 1], False, [0, 0], 1)
+        direct = _describe(torch.ops.aten.convolution.default, down, phase="forward")
+        args = (torch.ops.aten.convolution.default(*down), y, w, None, *down[3:], [True, True, False])
+        direct_backward = _describe(torch.ops.aten.convolution_backward.default, args, phase="backward")
+    # cuDNN runs the forward as that convolution's data gradient, the backward as its forward
+    # (the input's gradient) and its weight gradient.
+    assert forward.passes == ("dgrad",) and forward.gemms == (direct_backward.gemms[0],)
+    assert backward.passes == ("fwd", "wgrad") and backward.gemms == (direct.gemms[0], direct_backward.gemms[1])
+    # Each of the 28x28 output pixels takes one tap of one input pixel: the GEMM does the
+    # convolution's own multiply-adds (taken as a forward convolution of 128 to 128 channels on
+    # the 28x28 maps, it did 8 times as many).
+    batch, m, n, k = forward.gemms[0]
+    assert 2 * batch * m * n * k == forward.flops == 2 * 8 * 784 * 64 * 128
+    assert kernel_seconds(OpRecord("aten.convolution.default", "forward", "", forward), TOY, COEF) < (
+        kernel_seconds(OpRecord("aten.convolution.default", "forward", "", replace(forward, gemms=((8, 196, 128, 64 * 4),))),
+                       TOY, COEF))
+
+
 def test_3x3_stride_1_convolutions_are_a_kernel_family_of_their_own():
     with FakeTensorMode():
         x = torch.empty(8, 64, 28, 28)
@@ -670,7 +715,7 @@ def test_a_cpus_depthwise_weight_gradient_beyond_onednns_direct_kernel_is_an_im2
     # The toy CPU's fp32 peak is 1 TFLOP/s. A 3x3 filter over 12x12 maps: the direct kernel, both passes
     # at 12% of it (or their bytes).
     direct, direct_flops, direct_cost = backward(3, 12)
-    assert direct_cost.dims[8:] == (3, 12 - 3) and direct >= call + direct_flops / 0.12e12
+    assert direct_cost.dims[8:10] == (3, 12 - 3) and direct >= call + direct_flops / 0.12e12
     # A 5x5 one: the data gradient still direct, the weight gradient 16 x 240 GEMMs at 1.75% of the peak
     # (a column of 25 taps x 144 pixels fits the caches).
     fallback, fallback_flops, fallback_cost = backward(5, 12)
