@@ -114,6 +114,24 @@ def test_convnet_flops_match_flop_counter_mode_and_batch_norm_is_traced():
         assert torch.equal(value, buffers_before[name])
 
 
+def test_an_upsampling_decoders_transposed_convolutions_are_traced_as_the_passes_cuda_runs():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 32, 3, stride=2, padding=1), nn.ReLU(), nn.ConvTranspose2d(32, 16, 2, stride=2),
+                          nn.ReLU(), nn.Conv2d(16, 1, 1))
+    batch = (torch.randn(4, 3, 32, 32), torch.randn(4, 1, 32, 32))
+    with FlopCounterMode(display=False) as counter:
+        F.mse_loss(model(batch[0]), batch[1]).backward()
+    model.zero_grad(set_to_none=True)
+    trace = trace_step(model, batch, lambda m, b: F.mse_loss(m(b[0]), b[1]), None, "bf16-true", target_type="cuda",
+                       trace_on="cpu")
+    assert sum(op.cost.flops for op in trace.ops) == counter.get_total_flops()
+    upsampling = [op for op in trace.ops if op.cost.op_class == "conv" and (32, 16, 2, 2) in op.in_shapes[:3]]
+    assert [op.cost.passes for op in upsampling] == [("dgrad",), ("fwd", "wgrad")]
+    # Each pass's GEMM does the layer's own multiply-adds: 16 x 16 output pixels, one tap each.
+    for op in upsampling:
+        assert sum(2 * b * m * n * k for b, m, n, k in op.cost.gemms) == op.cost.flops
+
+
 def test_transformer_flops_are_six_params_tokens():
     transformers = pytest.importorskip("transformers")
     # No attention dropout: with it, CPU SDPA falls back to bmm-based math and adds attention FLOPs.
