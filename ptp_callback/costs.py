@@ -447,7 +447,7 @@ def _conv_dims(func: torch._ops.OpOverload, args: tuple, kwargs: dict, out: list
     up to 3 and a slack of 0 or more (:func:`kernels.depthwise_seconds`). ``taps``: the filter taps
     that reach one input pixel on average, rounded up (``kernel_pixels`` over the product of the
     strides of every spatial axis: 2 for a 1-D kernel of 3 at stride 2, 4 for a 3x3x3 one at stride
-    2; :func:`conv_gemms`).
+    2; never more than ``out_pixels x kernel_pixels / in_pixels``; :func:`conv_gemms`).
 
     A transposed convolution is given as the convolution it is the transpose of (its input is that
     convolution's output): cuDNN runs its forward as that convolution's data gradient, and its
@@ -470,11 +470,14 @@ def _conv_dims(func: torch._ops.OpOverload, args: tuple, kwargs: dict, out: list
             data, result, c_out = result, data, int(data.shape[1])
         axes = max(1, weight.dim() - 2)
         strides = math.prod(int(stride[i] if i < len(stride) else stride[0]) for i in range(axes))
-        return (int(data.shape[0]), int(data.shape[1]), c_out, _spatial(data.shape),
-                _spatial(result.shape), math.prod(weight.shape[2:]), groups, int(max(stride)),
+        kernel, in_px, out_px = math.prod(weight.shape[2:]), _spatial(data.shape), _spatial(result.shape)
+        # Never more taps than the output's pixels x the filter's spread over the input's pixels:
+        # a 4x4 filter over a 4x4 input with a 1x1 output (a generator's first transposed
+        # convolution, from its latent vector) reaches each input pixel once, not 16 times.
+        taps = min(-(-kernel // max(1, strides)), -(-out_px * kernel // max(1, in_px)))
+        return (int(data.shape[0]), int(data.shape[1]), c_out, in_px, out_px, kernel, groups, int(max(stride)),
                 int(weight.shape[-1]) if weight.dim() > 2 else 1,
-                _height_slack(data.shape[2:], weight.shape[2:], stride, padding),
-                -(-math.prod(weight.shape[2:]) // max(1, strides)))
+                _height_slack(data.shape[2:], weight.shape[2:], stride, padding), taps)
     except (AttributeError, IndexError, TypeError):
         return ()
 

@@ -332,6 +332,14 @@ def test_the_taps_a_data_gradient_runs_follow_the_stride_of_every_spatial_axis()
     # the 1 of 3 / 2^2); a 3x3x3 kernel at stride 2 with 27 / 8 -> 4 (not 27 / 4 -> 7).
     assert line == (8, 100, 64, 64 * 2)
     assert volume == (2, 8 * 16 * 16, 64, 64 * 4)
+    with FakeTensorMode():
+        # A generator's first layer: ConvTranspose2d(100, 512, 4) of a 1x1 latent vector. Each of
+        # the 4x4 output pixels takes one tap (the convolution it transposes has a 1x1 output).
+        z, w = torch.empty(128, 100, 1, 1), torch.empty(100, 512, 4, 4)
+        first = _describe(torch.ops.aten.convolution.default, (z, w, None, [1, 1], [0, 0], [1, 1], True, [0, 0], 1),
+                          phase="forward")
+    batch, m, n, k = first.gemms[0]
+    assert (batch * m, n, k) == (128 * 16, 512, 128)  # 100 channels step as 4 chunks of 32 (fp32)
 
 
 def test_a_transposed_convolution_runs_the_passes_of_the_convolution_it_transposes():

@@ -1,0 +1,273 @@
+"""Trace and predict architectures outside the dev workloads: does every one trace, how long does
+it take, and are its convolutions and GEMMs shaped as the kernels that will run them?
+
+usage: python benchmarks/architecture_sweep.py [--only a,b] [--precisions 32-true,bf16-mixed]
+
+Each model is built from its constructor or config with random weights (no download) and a
+batch of a typical training size, traced on this machine's CPU for ``h100-sxm`` and predicted.
+Printed per model and precision: the predicted step, whether host or device bound, the trace
+and predict seconds, the recorded ops, whether some have no rule in the cost model (a warning), and the largest
+*GEMM cover* of its convolutions: the multiply-adds of the implicit GEMMs a convolution op is
+priced as, over the op's own (``torch.utils.flop_counter``). Where it is above 1, the kernels do
+more than the convolution's own multiply-adds, or the op is priced at a rate fitted with that
+excess in it: whole 128-byte channel chunks per filter tap (an RGB input's 3 channels run as 4
+in fp32, 8 in half precision; a 1-channel audio input 4 or 8 times its work), and a strided 1x1
+convolution's data gradient over every input pixel (2.5-4x; its efficiency was fitted on H100
+rows of such convolutions). A shape read the wrong way shows as a larger multiple: until
+2026-11-27 a ``ConvTranspose2d`` counted 8x its multiply-adds, taken as a forward convolution of
+its own shapes, and a generator's first layer (a 4x4 filter over a 1x1 latent) 20x. No GPU timing
+is involved: how right the predictions are is measured by ``accuracy.py`` and
+``training_setups.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import warnings
+from typing import Any, Callable
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import ptp_callback as ptp  # noqa: E402
+
+Built = tuple[nn.Module, tuple, Callable[[nn.Module, tuple], torch.Tensor]]
+
+
+def _classify(model: nn.Module, batch: tuple) -> torch.Tensor:
+    out = model(batch[0])
+    return F.cross_entropy(out["out"] if isinstance(out, dict) else out, batch[1])
+
+
+def _regress(model: nn.Module, batch: tuple) -> torch.Tensor:
+    return F.mse_loss(model(batch[0]), batch[1])
+
+
+def _vision(name: str, batch: int = 32, side: int = 224, **kwargs: Any) -> Callable[[], Built]:
+    def build() -> Built:
+        import torchvision
+
+        model = getattr(torchvision.models, name)(**kwargs)
+        return model, (torch.randn(batch, 3, side, side), torch.randint(0, 1000, (batch,))), _classify
+    return build
+
+
+def _segmentation(name: str) -> Callable[[], Built]:
+    def build() -> Built:
+        import torchvision
+
+        model = getattr(torchvision.models.segmentation, name)(weights=None, weights_backbone=None, num_classes=21)
+        return model, (torch.randn(8, 3, 256, 256), torch.randint(0, 21, (8, 256, 256))), _classify
+    return build
+
+
+def _language(config: str, model: str, seq: int = 512, **kwargs: Any) -> Callable[[], Built]:
+    def build() -> Built:
+        import transformers
+
+        cfg = getattr(transformers, config)(**kwargs)
+        ids = torch.randint(0, cfg.vocab_size, (8, seq))
+        return (getattr(transformers, model)(cfg), (ids,),
+                lambda m, b: m(input_ids=b[0], labels=b[0]).loss)
+    return build
+
+
+def _t5() -> Built:
+    import transformers
+
+    cfg = transformers.T5Config(d_model=512, d_ff=2048, num_layers=6, num_heads=8, decoder_start_token_id=0,
+                                pad_token_id=0)
+    batch = (torch.randint(0, cfg.vocab_size, (8, 512)), torch.randint(0, cfg.vocab_size, (8, 128)))
+    return transformers.T5ForConditionalGeneration(cfg), batch, lambda m, b: m(input_ids=b[0], labels=b[1]).loss
+
+
+def _whisper() -> Built:
+    import transformers
+
+    cfg = transformers.WhisperConfig(d_model=384, encoder_layers=4, decoder_layers=4, encoder_attention_heads=6,
+                                     decoder_attention_heads=6, encoder_ffn_dim=1536, decoder_ffn_dim=1536,
+                                     decoder_start_token_id=50257, pad_token_id=50256)
+    batch = (torch.randn(4, 80, 3000), torch.randint(0, 50000, (4, 64)))
+    return (transformers.WhisperForConditionalGeneration(cfg), batch,
+            lambda m, b: m(input_features=b[0], labels=b[1]).loss)
+
+
+def _wav2vec2() -> Built:
+    import transformers
+
+    cfg = transformers.Wav2Vec2Config(hidden_size=384, num_hidden_layers=4, num_attention_heads=6,
+                                      intermediate_size=1536)
+    return (transformers.Wav2Vec2Model(cfg), (torch.randn(4, 32000),),
+            lambda m, b: m(b[0]).last_hidden_state.pow(2).mean())
+
+
+class _UNet(nn.Module):
+    """A diffusion-style U-Net level: GroupNorm, SiLU, a strided convolution down, a transposed one up."""
+
+    def __init__(self, width: int = 128) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(4, width, 3, padding=1)
+        self.block = nn.Sequential(nn.GroupNorm(32, width), nn.SiLU(), nn.Conv2d(width, width, 3, padding=1))
+        self.down = nn.Conv2d(width, 2 * width, 3, stride=2, padding=1)
+        self.mid = nn.Sequential(nn.GroupNorm(32, 2 * width), nn.SiLU(), nn.Conv2d(2 * width, 2 * width, 3, padding=1))
+        self.up = nn.ConvTranspose2d(2 * width, width, 2, stride=2)
+        self.head = nn.Conv2d(2 * width, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        skip = self.stem(x)
+        skip = skip + self.block(skip)
+        return self.head(torch.cat([self.up(self.mid(self.down(skip))), skip], 1))
+
+
+def _unet() -> Built:
+    return _UNet(), (torch.randn(16, 4, 64, 64), torch.randn(16, 4, 64, 64)), _regress
+
+
+def _dcgan_generator() -> Built:
+    layers: list[nn.Module] = [nn.ConvTranspose2d(100, 512, 4, 1, 0, bias=False)]
+    for c_in, c_out in ((512, 256), (256, 128), (128, 64)):
+        layers += [nn.BatchNorm2d(c_in), nn.ReLU(), nn.ConvTranspose2d(c_in, c_out, 4, 2, 1, bias=False)]
+    layers += [nn.BatchNorm2d(64), nn.ReLU(), nn.ConvTranspose2d(64, 3, 4, 2, 1, bias=False), nn.Tanh()]
+    return nn.Sequential(*layers), (torch.randn(128, 100, 1, 1), torch.randn(128, 3, 64, 64)), _regress
+
+
+def _audio_conv1d() -> Built:
+    model = nn.Sequential(nn.Conv1d(80, 256, 3, padding=1), nn.GELU(), nn.Conv1d(256, 256, 3, stride=2, padding=1),
+                          nn.GELU(), nn.AdaptiveAvgPool1d(1), nn.Flatten(), nn.Linear(256, 10))
+    return model, (torch.randn(32, 80, 3000), torch.randint(0, 10, (32,))), _classify
+
+
+def _video_conv3d() -> Built:
+    model = nn.Sequential(nn.Conv3d(3, 32, 3, padding=1), nn.BatchNorm3d(32), nn.ReLU(),
+                          nn.Conv3d(32, 64, 3, stride=2, padding=1), nn.ReLU(), nn.AdaptiveAvgPool3d(1), nn.Flatten(),
+                          nn.Linear(64, 10))
+    return model, (torch.randn(8, 3, 16, 112, 112), torch.randint(0, 10, (8,))), _classify
+
+
+class _LstmLM(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed, self.rnn, self.head = nn.Embedding(10000, 512), nn.LSTM(512, 512, 2, batch_first=True), nn.Linear(512, 10000)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.rnn(self.embed(ids))[0])
+
+
+def _lstm() -> Built:
+    ids = torch.randint(0, 10000, (32, 257))
+    return _LstmLM(), (ids[:, :-1], ids[:, 1:]), lambda m, b: F.cross_entropy(m(b[0]).flatten(0, 1), b[1].flatten())
+
+
+class _Recommender(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.bag = nn.EmbeddingBag(100000, 64, mode="sum")
+        self.mlp = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 1))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.mlp(self.bag(ids)).squeeze(-1)
+
+
+def _recommender() -> Built:
+    return (_Recommender(), (torch.randint(0, 100000, (4096, 20)), torch.rand(4096)),
+            lambda m, b: F.binary_cross_entropy_with_logits(m(b[0]), b[1]))
+
+
+MODELS: dict[str, Callable[[], Built]] = {
+    "resnet50": _vision("resnet50"),
+    "resnext50_32x4d": _vision("resnext50_32x4d"),
+    "wide_resnet50_2": _vision("wide_resnet50_2"),
+    "regnet_y_800mf": _vision("regnet_y_800mf"),
+    "regnet_x_1_6gf": _vision("regnet_x_1_6gf"),
+    "efficientnet_b0": _vision("efficientnet_b0"),
+    "efficientnet_v2_s": _vision("efficientnet_v2_s"),
+    "mnasnet1_0": _vision("mnasnet1_0"),
+    "convnext_tiny": _vision("convnext_tiny"),
+    "densenet121": _vision("densenet121"),
+    "googlenet": _vision("googlenet", aux_logits=False, init_weights=False),
+    "inception_v3": _vision("inception_v3", side=299, aux_logits=False, init_weights=False),
+    "alexnet": _vision("alexnet"),
+    "vit_b_16": _vision("vit_b_16"),
+    "swin_t": _vision("swin_t"),
+    "swin_v2_t": _vision("swin_v2_t"),
+    "fcn_resnet50": _segmentation("fcn_resnet50"),
+    "deeplabv3_mobilenet_v3_large": _segmentation("deeplabv3_mobilenet_v3_large"),
+    "unet_level": _unet,
+    "dcgan_generator": _dcgan_generator,
+    "conv1d_audio": _audio_conv1d,
+    "conv3d_video": _video_conv3d,
+    "lstm_lm": _lstm,
+    "embedding_bag_recommender": _recommender,
+    "distilbert": _language("DistilBertConfig", "DistilBertForMaskedLM"),
+    "deberta_v2_small": _language("DebertaV2Config", "DebertaV2ForMaskedLM", hidden_size=512, num_hidden_layers=4,
+                                  num_attention_heads=8, intermediate_size=2048),
+    "opt_6l": _language("OPTConfig", "OPTForCausalLM", hidden_size=768, ffn_dim=3072, num_hidden_layers=6,
+                        num_attention_heads=12),
+    "gpt_neox_8l": _language("GPTNeoXConfig", "GPTNeoXForCausalLM", hidden_size=768, intermediate_size=3072,
+                             num_hidden_layers=8, num_attention_heads=12, vocab_size=50432),
+    "mistral_8l_gqa": _language("MistralConfig", "MistralForCausalLM", hidden_size=1024, intermediate_size=2816,
+                                num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=4, vocab_size=32000),
+    "gemma_6l_mqa": _language("GemmaConfig", "GemmaForCausalLM", hidden_size=1024, intermediate_size=4096,
+                              num_hidden_layers=6, num_attention_heads=8, num_key_value_heads=1, head_dim=128,
+                              vocab_size=32000),
+    "phi_8l": _language("PhiConfig", "PhiForCausalLM", hidden_size=1024, intermediate_size=4096, num_hidden_layers=8,
+                        num_attention_heads=16, vocab_size=51200),
+    "bart_4x4": _language("BartConfig", "BartForConditionalGeneration", d_model=512, encoder_layers=4,
+                          decoder_layers=4, encoder_attention_heads=8, decoder_attention_heads=8,
+                          encoder_ffn_dim=2048, decoder_ffn_dim=2048),
+    "t5_6l": _t5,
+    "whisper_4x4": _whisper,
+    "wav2vec2_4l": _wav2vec2,
+}
+
+
+def gemm_cover(ops: list) -> float:
+    """The largest ratio, over the convolution ops, of their implicit GEMMs' multiply-adds to the
+    op's own (1.0 when there are none)."""
+    worst = 1.0
+    for op in ops:
+        if op.cost.op_class == "conv" and op.cost.gemms and op.cost.flops > 0:
+            covered = sum(2.0 * b * m * n * k for b, m, n, k in op.cost.gemms)
+            worst = max(worst, covered / op.cost.flops)
+    return worst
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", default="", help="comma-separated model names")
+    parser.add_argument("--precisions", default="32-true,bf16-mixed")
+    args = parser.parse_args(argv)
+    warnings.simplefilter("ignore")
+    names = [n for n in args.only.split(",") if n] or list(MODELS)
+    print(f"architecture sweep, {time.strftime('%Y-%m-%d')}, torch {torch.__version__}: traced on this CPU, "
+          f"predicted for h100-sxm")
+    print(f"{'model':30s} {'precision':11s} {'step ms':>9s} {'bound':>6s} {'trace s':>8s} {'ops':>6s} "
+          f"{'unknown':>8s} {'GEMM cover':>10s}")
+    failures = 0
+    for name in names:
+        model, batch, loss = MODELS[name]()
+        for precision in args.precisions.split(","):
+            started = time.perf_counter()
+            try:
+                pred = ptp.predict_step(model, batch, loss, precision=precision, device="h100-sxm", trace_on="cpu")
+            except Exception as exc:  # noqa: BLE001 - a sweep reports every failure and goes on
+                failures += 1
+                print(f"{name:30s} {precision:11s} FAILED: {type(exc).__name__}: {str(exc)[:200]}")
+                continue
+            seconds = time.perf_counter() - started
+            unknown = "yes" if any("no rule" in w for w in pred.warnings) else "-"
+            print(f"{name:30s} {precision:11s} {1e3 * pred.step_s:9.1f} {pred.bound:>6s} {seconds:8.1f} "
+                  f"{len(pred.ops):6d} {unknown:>8s} {gemm_cover(pred.ops):10.2f}", flush=True)
+    print(f"{len(names)} models, {failures} failed traces")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
