@@ -217,8 +217,9 @@ class OpCost:
     ``(n, c_in, c_out, in_pixels, out_pixels, kernel_pixels, groups, stride)``; batch norm:
     ``(elements per channel, channels)``, plus the feature-map pixels for an NCHW input).
     ``passes`` names the cuDNN pass each of ``gemms`` runs (``fwd``, ``dgrad``, ``wgrad``: a
-    transposed convolution's forward is a data gradient). ``fresh_bytes``: the op's newly allocated outputs of :data:`LARGE_ALLOCATION_BYTES` or more
-    (a CPU maps such allocations from the OS afresh, page by page, when they are first written).
+    transposed convolution's forward is a data gradient). ``fresh_bytes``: the op's newly
+    allocated outputs of :data:`LARGE_ALLOCATION_BYTES` or more (a CPU maps such allocations from
+    the OS afresh, page by page, when they are first written).
     """
 
     op_class: str
@@ -545,8 +546,8 @@ def conv_gemms(dims: tuple[int, ...], passes: tuple[str, ...], channels_first: b
     """The implicit GEMMs ``(batch, m, n, k)`` of a convolution's passes (cuDNN's formulation).
 
     ``fwd``: m = output pixels, n = C_out/g, k = C_in/g x kernel; ``dgrad``: m = input pixels,
-    n = C_in/g, k = C_out/g x the filter taps that reach one input pixel (``taps``, kernel / stride^2 in 2-D: the
-    data gradient of a stride-2 convolution runs as strided sub-problems, not over an output
+    n = C_in/g, k = C_out/g x the filter taps that reach one input pixel (``taps``, kernel /
+    stride^2 in 2-D: the data gradient of a stride-2 convolution runs as strided sub-problems, not over an output
     gradient padded with zeros; held-out median error of the H100's convolutions 20.1% -> 18.5%
     over three random splits); ``wgrad``: m = C_out/g, n = C_in/g x kernel, k = N x output
     pixels. On a channels-first (NCHW) tensor the forward and data-gradient tiles cover one
