@@ -53,7 +53,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from op_data import Measurement  # noqa: E402
 
 from ptp_callback.coefficients import CostCoefficients  # noqa: E402
-from ptp_callback.costs import COLUMN_REDUCTION, CONV_FAMILIES, STRIDED_CAT  # noqa: E402
+from ptp_callback.costs import COLUMN_REDUCTION, CONV_FAMILIES, MN_MAJOR_GEMM, STRIDED_CAT  # noqa: E402
 from ptp_callback.devices import get_device  # noqa: E402
 from ptp_callback.kernels import kernel_seconds, math_dtype, per_element_bytes  # noqa: E402
 from ptp_callback.predict import host_seconds, simulate, step_host_seconds  # noqa: E402
@@ -484,6 +484,29 @@ def fit_column_sums(coef: CostCoefficients, cases: list[StepCase]) -> CostCoeffi
     return _with_median_efficiency(coef, f"reduction:{COLUMN_REDUCTION}", fractions)
 
 
+def fit_tf32_mn_major(coef: CostCoefficients, cases: list[StepCase]) -> CostCoefficients:
+    """Stage 1b: ``gemm_eff["mn_major:tf32"]``, the rate of a Hopper TF32 GEMM neither of whose
+    operands runs along K (``costs.MN_MAJOR_GEMM``: a linear layer's weight gradient), relative to
+    the rate ``ops.jsonl``'s TF32 rows give (all of them row-major): per profiled TF32 step whose
+    ``aten::mm`` calls match its trace's, what its ``mm`` time leaves once its other GEMMs are
+    priced, against the prediction for its weight gradients; the median over those steps."""
+    implied = []
+    for case in cases:
+        calls, ms = next(((c, ms) for name, c, ms in case.profile if name == "aten::mm"), (0, 0.0))
+        mms = [op for op in case.trace.ops if op.name == "aten.mm.default" and op.cost.dtype == "tf32"]
+        if ms < 1.0 or calls != len(mms):
+            continue
+        transposed = sum(kernel_seconds(op, DEVICE, coef) for op in mms if op.cost.kernel == MN_MAJOR_GEMM)
+        rest = sum(kernel_seconds(op, DEVICE, coef) for op in mms if op.cost.kernel != MN_MAJOR_GEMM)
+        if transposed and ms * 1e-3 > rest:
+            implied.append(transposed / (ms * 1e-3 - rest))
+    if not implied:
+        return coef
+    value = round(statistics.median(implied), 4)
+    print(f"  gemm_eff['mn_major:tf32'] = {value:.4g} (median of {len(implied)} profiled steps)")
+    return replace(coef, gemm_eff={**coef.gemm_eff, "mn_major:tf32": value})
+
+
 #: The fused attention kernels a CUDA ``scaled_dot_product_attention`` runs (aten op names less their
 #: ``_forward``/``_backward``): ``ops.jsonl``'s attention rows have no dropout, so its cost comes
 #: from the profiled steps of models that train with attention dropout.
@@ -628,7 +651,7 @@ def main() -> None:
     cases = step_data.load_cases()
     if not args.steps_only:
         print("stage 1b, kernels no op row times, from the kernel profiles of steps.jsonl:")
-        for fit in (fit_profiled, fit_attention_dropout, fit_strided_cat, fit_column_sums):
+        for fit in (fit_profiled, fit_attention_dropout, fit_strided_cat, fit_column_sums, fit_tf32_mn_major):
             coef = fit(coef, cases)
     print(f"stage 2, step level, on {len(cases)} measured steps")
     timelines = [StepTimeline(c, coef) for c in cases]

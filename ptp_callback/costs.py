@@ -367,6 +367,21 @@ def _both_row_major(name: str, args: tuple) -> bool:
                for t in operands)
 
 
+# The kernel family of a GEMM neither of whose operands runs along K in memory: ``(m, k) @ (k, n)``
+# with the first transposed (its m contiguous) and the second row-major (its n contiguous), as in a
+# linear layer's weight gradient ``grad_out.t() @ input``. Hopper's TF32 tensor-core instructions
+# (``wgmma``) read only K-major operands, unlike fp16 and bf16 ones.
+MN_MAJOR_GEMM = "mn_major"
+
+
+def _both_mn_major(name: str, args: tuple) -> bool:
+    operands = args[1:3] if name in ("addmm", "baddbmm", "_addmm_activation") else args[:2]
+    if len(operands) < 2 or not all(isinstance(t, torch.Tensor) and t.dim() >= 2 for t in operands):
+        return False
+    a, b = operands
+    return a.stride()[-1] != 1 and a.shape[-1] > 1 and b.stride()[-2] != 1 and b.shape[-2] > 1
+
+
 def _leading_dimension(t: torch.Tensor) -> int:
     """The stride between rows (or columns, for a transposed operand) a BLAS call is given."""
     if t.dim() < 2:
@@ -815,6 +830,8 @@ def describe_op(
             gemm = _gemm_dims(name, args, outputs[0] if outputs else None)
             if gemm is not None and _both_row_major(name, args):
                 kernel_family = ROW_MAJOR_GEMM
+            elif gemm is not None and _both_mn_major(name, args):
+                kernel_family = MN_MAJOR_GEMM
         if dtype_key == "fp32" and matmul_tf32:
             dtype_key = "tf32"
     elif op_class == "conv":

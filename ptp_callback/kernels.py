@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING
 
 from . import grouped_gemm
 from .coefficients import CostCoefficients, pick
-from .costs import DTYPE_KEYS, ROW_MAJOR_GEMM, STRIDED_CAT, OpCost, conv_pass_flops, rnn_layer_inputs
+from .costs import DTYPE_KEYS, MN_MAJOR_GEMM, ROW_MAJOR_GEMM, STRIDED_CAT, OpCost, conv_pass_flops, rnn_layer_inputs
 
 if TYPE_CHECKING:
     from .devices import DeviceSpec
@@ -185,7 +185,8 @@ def cpu_gemm_rate(m: int, n: int, k: int, dtype: str, device: DeviceSpec, coef: 
 def gemm_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> float:
     """Time of a GEMM op: wave-quantized tiles on a GPU, a measured-rate roofline on a CPU."""
     batch, m, n, k = cost.gemm or (1, 1, 1, 1)
-    memory = memory_seconds(cost.bytes, device, coef, "gemm", cost.dtype)
+    # An aligned GEMM streams its operands like a copy; the narrow loads of a misaligned one do not.
+    memory = memory_seconds(cost.bytes, device, coef, "gemm" if cost.misaligned else "elementwise", cost.dtype)
     if _cpu_rooflines(coef):
         rate = cpu_gemm_rate(m, n, k, cost.dtype, device, coef)
         if cost.kernel != ROW_MAJOR_GEMM:
@@ -195,6 +196,8 @@ def gemm_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> fl
         return max(cost.flops / rate, memory)
     family = _family(device, cost.dtype)
     scale = misaligned_scale(cost, coef, family)
+    if cost.kernel == MN_MAJOR_GEMM and family == "tf32" and device.arch == "hopper":
+        scale *= pick(coef.gemm_eff, ("mn_major", family), 1.0)
     if cost.kernel == grouped_gemm.KERNEL and not grouped_gemm.fast_path(cost.dtype, device.arch):
         # PyTorch's fallback: one GEMM per group, each in waves of its own.
         return max(batch * wave_seconds(1, m, n, k, cost.dtype, device, coef, scale), memory)

@@ -826,3 +826,37 @@ def test_a_cpu_without_matrix_instructions_prices_row_major_and_transposed_gemms
     as_transposed = replace(fp32, kernel="")
     assert kernel_seconds(OpRecord("aten.mm.default", "backward", "", fp32), device, coef) == pytest.approx(
         kernel_seconds(OpRecord("aten.mm.default", "backward", "", as_transposed), device, coef))
+
+
+def test_a_hopper_tf32_weight_gradient_runs_at_its_own_rate_and_aligned_gemms_stream_like_a_copy():
+    """Hopper's TF32 tensor-core instructions read only operands laid out along K. A linear layer's
+    weight gradient ``grad_out.t() @ input`` has neither: the H100's profiled TF32 steps ran those
+    GEMMs at about 0.74 of the rate the row-major op rows give (``gemm_eff["mn_major:tf32"]``). A
+    memory-bound aligned GEMM streams its operands like a copy (0.8-0.9 of the bandwidth in those
+    profiles), a misaligned one at the fitted GEMM share."""
+    from ptp_callback.costs import MN_MAJOR_GEMM, ROW_MAJOR_GEMM
+
+    func = torch.ops.aten.mm.default
+
+    def mm(a: torch.Tensor, b: torch.Tensor, tf32: bool = True) -> OpCost:
+        return describe_op(func, (a, b), {}, func(a, b), matmul_tf32=tf32, conv_tf32=False, phase="backward")
+
+    with FakeTensorMode():
+        grad_out, x, w = torch.randn(8192, 1024), torch.randn(8192, 3072), torch.randn(1024, 3072)
+        weight_grad, input_grad, forward = mm(grad_out.t(), x), mm(grad_out, w), mm(x, w.t())
+        skinny = mm(torch.randn(200704, 64), torch.randn(64, 64))
+    assert (weight_grad.kernel, input_grad.kernel, forward.kernel) == (MN_MAJOR_GEMM, ROW_MAJOR_GEMM, "")
+    h100 = get_device("h100-sxm")
+
+    def seconds(cost: OpCost, coef: CostCoefficients = HOPPER, device: DeviceSpec = h100) -> float:
+        return gemm_seconds(cost, device, coef)
+
+    same_rate = replace(HOPPER, gemm_eff={**HOPPER.gemm_eff, "mn_major:tf32": 1.0})
+    assert seconds(weight_grad) > 1.2 * seconds(weight_grad, same_rate)
+    assert seconds(forward) == seconds(forward, same_rate)
+    # Not on a GPU whose TF32 instructions read either layout (Ampere), nor in another dtype.
+    a100 = get_device("a100-sxm-80gb")
+    assert seconds(weight_grad, HOPPER, a100) == seconds(weight_grad, same_rate, a100)
+    # 51 MB in, 51 MB out, no math to speak of: the copy's share of the bandwidth, not the GEMM's.
+    assert skinny.kernel == ROW_MAJOR_GEMM and not skinny.misaligned
+    assert seconds(skinny) == pytest.approx(memory_seconds(skinny.bytes, h100, HOPPER, "elementwise", "tf32"))
