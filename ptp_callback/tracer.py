@@ -452,6 +452,14 @@ class _CudaKernels(TorchFunctionMode):
             return run_rnn(func, args, kwargs, self.recorder, self.recorder.spec.conv_tf32)
         if func is torch.nn.functional.rms_norm or func is torch.rms_norm:
             return run_rms_norm(func, args, kwargs, self.recorder, casts_to_fp32("rms_norm"))
+        if func is torch.nn.functional.ctc_loss or func is torch.ctc_loss:
+            # Lengths given as Python lists: ATen's composite builds a tensor from them with the
+            # loss's options, which a fake tensor cannot hold. As host tensors (what PyTorch makes of
+            # them on a GPU too) they keep their values, which size the loss's trellis.
+            args = tuple(torch.tensor(a, dtype=torch.long) if i in (2, 3) and isinstance(a, (list, tuple)) else a
+                         for i, a in enumerate(args))
+            kwargs = {k: torch.tensor(v, dtype=torch.long) if k in ("input_lengths", "target_lengths")
+                      and isinstance(v, (list, tuple)) else v for k, v in kwargs.items()}
         if func is torch.Tensor.__format__ and known_number(args[0]) is not None:
             # ``f"expert_{idx}"`` of a one-element tensor: a real tensor formats as its number
             return format(known_number(args[0]), *args[1:])

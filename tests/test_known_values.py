@@ -51,6 +51,22 @@ def test_a_ctc_loss_traces_with_its_trellis_sized_by_the_real_label_lengths(prec
     assert selected.out_shapes == ((BATCH * LONGEST - 4,),)  # the valid labels, counted from the batch
 
 
+def test_a_ctc_loss_given_its_lengths_as_python_lists_traces_like_one_given_tensors():
+    frames, labels = ctc_batch()
+    labels[1, 5:] = 1  # no padding: every target is LONGEST long
+
+    def step(model: CTCModel, b: tuple[torch.Tensor, torch.Tensor], as_lists: bool) -> torch.Tensor:
+        log_probs = model.head(model.encoder(b[0]).relu()).log_softmax(-1).transpose(0, 1)
+        lengths = ([FRAMES] * BATCH, [LONGEST] * BATCH) if as_lists else (
+            torch.full((BATCH,), FRAMES, dtype=torch.long), labels.new_full((BATCH,), LONGEST) + 0 * b[1][:, 0])
+        return F.ctc_loss(log_probs, b[1], *lengths)
+
+    traces = [trace_step(CTCModel(), (frames, labels), lambda m, b, lists=lists: step(m, b, lists), None, "32-true",
+                         target_type="cuda", trace_on="cpu") for lists in (True, False)]
+    ctc = [[op.out_shapes for op in trace.ops if "ctc_loss" in op.name] for trace in traces]
+    assert ctc[0] == ctc[1] == [((BATCH,), (BATCH, FRAMES, 2 * LONGEST + 1)), ((FRAMES, BATCH, VOCAB),)]
+
+
 def test_the_batch_itself_is_never_written():
     frames, labels = ctc_batch()
     before = labels.clone()
