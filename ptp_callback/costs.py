@@ -361,8 +361,13 @@ def _gemm_dims(name: str, args: tuple, out: torch.Tensor) -> tuple[int, int, int
 ROW_MAJOR_GEMM = "row_major"
 
 
+def _gemm_operands(name: str, args: tuple) -> tuple:
+    """The two matrices a GEMM op multiplies (``addmm`` and its kin take the bias first)."""
+    return args[1:3] if name in ("addmm", "baddbmm", "_addmm_activation") else args[:2]
+
+
 def _both_row_major(name: str, args: tuple) -> bool:
-    operands = args[1:3] if name in ("addmm", "baddbmm", "_addmm_activation") else args[:2]
+    operands = _gemm_operands(name, args)
     return all(isinstance(t, torch.Tensor) and t.dim() >= 2 and (t.stride()[-1] == 1 or t.shape[-1] == 1)
                for t in operands)
 
@@ -375,7 +380,7 @@ MN_MAJOR_GEMM = "mn_major"
 
 
 def _both_mn_major(name: str, args: tuple) -> bool:
-    operands = args[1:3] if name in ("addmm", "baddbmm", "_addmm_activation") else args[:2]
+    operands = _gemm_operands(name, args)
     if len(operands) < 2 or not all(isinstance(t, torch.Tensor) and t.dim() >= 2 for t in operands):
         return False
     a, b = operands
@@ -400,8 +405,7 @@ def _gemm_alignment(name: str, args: tuple, outputs: list[torch.Tensor], widest:
     odd ``m`` does not matter, a 50257-token vocabulary does (measured on the H100: odd ``k`` or
     ``n`` ran bf16 GEMMs at 14% of peak instead of 70%, odd ``m`` at 47-70%).
     """
-    operands = [a for a in (args[1:3] if name in ("addmm", "baddbmm", "_addmm_activation") else args[:2])
-                if isinstance(a, torch.Tensor)]
+    operands = [a for a in _gemm_operands(name, args) if isinstance(a, torch.Tensor)]
     operands += outputs[:1]
     values = []
     for t in operands:
@@ -575,12 +579,11 @@ def conv_gemms(dims: tuple[int, ...], passes: tuple[str, ...], channels_first: b
     the K of 128 in half precision (held-out median error of the H100's dense convolution
     backward passes 37.9% -> 35.4%, pointwise 32.8% -> 29.9%). Grouped convolutions pass 1.
     """
-    n, c_in, c_out, in_px, out_px, kernel, groups, stride = dims[:8]
+    n, c_in, c_out, in_px, out_px, kernel, groups = dims[:7]
+    taps = dims[10]  # the filter taps that reach one input pixel (:func:`_conv_dims`)
     ci, co = max(1, c_in // groups), max(1, c_out // groups)
     pi, po = _chunked(ci, k_chunk), _chunked(co, k_chunk)
     images, rows = (n, 1) if channels_first else (1, n)
-    # The filter taps that reach one input pixel (a square 2-D stride when dims do not say).
-    taps = dims[10] if len(dims) > 10 else -(-kernel // (stride * stride))
     shapes = {"fwd": (groups * images, rows * out_px, co, pi * kernel),
               "dgrad": (groups * images, rows * in_px, ci, po * taps),
               "wgrad": (groups, co, ci * kernel, n * out_px)}

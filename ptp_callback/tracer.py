@@ -454,12 +454,10 @@ class _CudaKernels(TorchFunctionMode):
             return run_rms_norm(func, args, kwargs, self.recorder, casts_to_fp32("rms_norm"))
         if func is torch.nn.functional.ctc_loss or func is torch.ctc_loss:
             # Lengths given as Python lists: ATen's composite builds a tensor from them with the
-            # loss's options, which a fake tensor cannot hold. As host tensors (what PyTorch makes of
-            # them on a GPU too) they keep their values, which size the loss's trellis.
-            args = tuple(torch.tensor(a, dtype=torch.long) if i in (2, 3) and isinstance(a, (list, tuple)) else a
-                         for i, a in enumerate(args))
-            kwargs = {k: torch.tensor(v, dtype=torch.long) if k in ("input_lengths", "target_lengths")
-                      and isinstance(v, (list, tuple)) else v for k, v in kwargs.items()}
+            # loss's options, which a fake tensor cannot hold. As host tensors they keep their
+            # values, which size the loss's trellis as tensor lengths do.
+            args = tuple(_as_lengths(a) if i in (2, 3) else a for i, a in enumerate(args))
+            kwargs = {k: _as_lengths(v) if k in ("input_lengths", "target_lengths") else v for k, v in kwargs.items()}
         if func is torch.Tensor.__format__ and known_number(args[0]) is not None:
             # ``f"expert_{idx}"`` of a one-element tensor: a real tensor formats as its number
             return format(known_number(args[0]), *args[1:])
@@ -470,6 +468,11 @@ class _CudaKernels(TorchFunctionMode):
             if fused is not None:
                 return fused
         return func(*args, **kwargs)
+
+
+def _as_lengths(value: Any) -> Any:
+    """A CTC loss's lengths given as a Python list or tuple, as a host ``int64`` tensor."""
+    return torch.tensor(value, dtype=torch.long) if isinstance(value, (list, tuple)) else value
 
 
 def _fused_dropout(input: Any, p: float, train: bool) -> torch.Tensor | None:
