@@ -110,7 +110,7 @@ _HOST_ONLY: frozenset[str] = frozenset((
 
 # Kernels launched per call where it is not one (device-side work split into passes).
 _KERNELS: dict[str, int] = {
-    "convolution_backward": 2, "native_layer_norm_backward": 2, "native_group_norm_backward": 2,
+    "convolution_backward": 2, "native_layer_norm_backward": 2,
     "native_batch_norm": 2, "native_batch_norm_backward": 2, "_native_batch_norm_legit": 2,
     "_native_batch_norm_legit_functional": 2, "cudnn_batch_norm": 2, "cudnn_batch_norm_backward": 2,
     "_fused_rms_norm_backward": 2, "embedding_dense_backward": 4, "nll_loss_backward": 2, "_safe_softmax": 4,
@@ -681,6 +681,26 @@ def _norm_rows(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[
     return (rows, x.numel() // max(1, rows))
 
 
+def _group_norm_kernels(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> int:
+    """Kernels CUDA's group norm launches (``aten/src/ATen/native/cuda/group_norm_kernel.cu``).
+    Forward: the rows' moments, then the normalization, with a small kernel between them that
+    folds the affine weight and bias into one scale and shift per channel (maps wider than one
+    pixel). Backward: per channel and image, the sums of the gradient and of gradient times input
+    (maps wider than one pixel); for the input's gradient the weight times ``rstd`` (with a
+    weight), the per-group coefficients and the gradient itself; then the weight's and bias's
+    gradients, one kernel for both."""
+    pixels = _arg(func, args, kwargs, "HxW", 2)
+    weight = _arg(func, args, kwargs, "weight", None)
+    affine = isinstance(weight, torch.Tensor) or isinstance(_arg(func, args, kwargs, "bias", None), torch.Tensor)
+    if func.overloadpacket.__name__ == "native_group_norm":
+        return 2 + int(affine and pixels > 1)
+    mask = _arg(func, args, kwargs, "output_mask", [True, True, True])
+    kernels = int(pixels > 1)
+    if mask[0]:
+        kernels += 2 + int(pixels > 1 and isinstance(weight, torch.Tensor))
+    return max(1, kernels + int(bool(mask[1] or mask[2])))
+
+
 def _cudnn_batch_norm(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> bool:
     """CUDA's rule (aten/src/ATen/native/Normalization.cpp, _batch_norm_impl_index): cuDNN runs
     batch norm unless the input or weight is bf16, or the input is fp16 with non-fp32 weights."""
@@ -943,6 +963,8 @@ def describe_op(
         read += sum(_tensor_bytes(t) for t in inputs if not t.is_floating_point())
         written = sum(_tensor_bytes(t, 4 if t.is_floating_point() else 1) for t in outputs)
     kernels = _KERNELS.get(name, 1)
+    if name in ("native_group_norm", "native_group_norm_backward"):
+        kernels = _group_norm_kernels(func, args, kwargs)
     if kernel_family == grouped_gemm.KERNEL and gemm is not None:
         kernels = grouped_gemm.launches(dtype_key, gemm)
     misaligned = False

@@ -344,6 +344,19 @@ def test_the_math_paths_safe_softmax_is_charged_its_four_passes():
     assert softmax.cost.bytes == (4 + 4 + 1 + 4) * scores + 2 * 2 * 8 * 16 + (4 + 1 + 4) * scores
 
 
+@pytest.mark.parametrize("affine", [True, False])
+def test_group_norm_is_charged_the_kernels_cuda_launches_for_it(affine):
+    # CUDA's group norm (group_norm_kernel.cu) computes each group's moments, folds an affine
+    # weight and bias into a scale and shift per channel, then normalizes: 3 kernels (2 without
+    # weights). Backward: per-channel sums, the weight times rstd, per-group coefficients, the
+    # input's gradient, then the weight's and bias's gradients in one kernel: 5 (3 without).
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.GroupNorm(4, 8, affine=affine), nn.SiLU())
+    trace = trace_step(model, torch.randn(2, 3, 16, 16), lambda m, x: m(x).square().mean(), None, "32-true")
+    (forward,) = [op for op in trace.ops if op.name == "aten.native_group_norm.default"]
+    (backward,) = [op for op in trace.ops if op.name == "aten.native_group_norm_backward.default"]
+    assert (forward.cost.kernels, backward.cost.kernels) == ((3, 5) if affine else (2, 3))
+
+
 def test_ops_the_cost_model_does_not_know_are_reported():
     @torch.library.custom_op("ptp_test::shift", mutates_args=())
     def shift(x: torch.Tensor) -> torch.Tensor:
