@@ -38,8 +38,8 @@ CACHE = os.environ.get("PTP_BENCH_CACHE", os.path.join(os.path.dirname(HERE), ".
 _DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # Groups of rows, the unit the op benchmark reports (and the seeded split is stratified by).
 GROUPS = {"mm": "gemm", "bmm": "gemm", "conv2d": "conv", "sdpa": "attention", "lstm": "recurrent", "gru": "recurrent",
-          "layer_norm": "norm", "rms_norm": "norm", "batch_norm": "norm", "add": "memory", "mul_": "memory",
-          "gelu": "memory", "silu": "memory", "sum": "memory", "copy_to_fp32": "memory", "copy_to_bf16": "memory",
+          "layer_norm": "norm", "rms_norm": "norm", "batch_norm": "norm", "group_norm": "norm", "add": "memory",
+          "mul_": "memory", "gelu": "memory", "silu": "memory", "sum": "memory", "copy_to_fp32": "memory", "copy_to_bf16": "memory",
           "cross_entropy": "memory", "embedding": "memory", "host": "host"}
 
 
@@ -204,11 +204,16 @@ def _norm(row: dict) -> dict[str, Callable[[OpContext], Any]]:
     def call(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         if row["op"] == "layer_norm":
             return F.layer_norm(x, (s["d"],), w, b)
+        if row["op"] == "group_norm":
+            return F.group_norm(x, s["groups"], w, b)
         return F.rms_norm(x, (s["d"],), w)
 
     def tensors() -> tuple[torch.Tensor, ...]:
-        return (torch.randn(s["rows"], s["d"], dtype=dt, requires_grad=True),
-                torch.ones(s["d"], dtype=dt, requires_grad=True), torch.zeros(s["d"], dtype=dt, requires_grad=True))
+        # A group norm's rows are (n, c, hw, hw) maps with a weight and bias per channel (norm_sweep.py).
+        shape, width = ((s["n"], s["c"], s["hw"], s["hw"]), s["c"]) if row["op"] == "group_norm" else \
+            ((s["rows"], s["d"]), s["d"])
+        return (torch.randn(*shape, dtype=dt, requires_grad=True),
+                torch.ones(width, dtype=dt, requires_grad=True), torch.zeros(width, dtype=dt, requires_grad=True))
 
     def fwd(ctx: OpContext) -> None:
         with ctx.setup():
