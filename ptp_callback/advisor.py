@@ -137,6 +137,32 @@ def advice(options: list[PrecisionOption], current: str, fit_s: float | None, *,
     return suggestion
 
 
+def keep_line(options: list[PrecisionOption], current: str, device_name: str, threshold: float = 1.1) -> str:
+    """The line for a run whose precision is the one to keep: each other precision's predicted step
+    time beside the current one's. A pure half precision (``*-true``) predicted faster is listed and
+    said why it is not advised: its weights and optimizer state lose precision.
+
+    >>> options = [PrecisionOption("32-true", 0.010, 1.0, True), PrecisionOption("bf16-mixed", 0.0095, 1.05, True),
+    ...            PrecisionOption("bf16-true", 0.005, 2.0, False)]
+    >>> keep_line(options, "32-true", "a CPU")  # doctest: +NORMALIZE_WHITESPACE
+    'keep 32-true: no mixed precision or TF32 is predicted to cut this run by 10% on a CPU (step time relative to
+    32-true: bf16-mixed 0.95x, bf16-true 0.50x; bf16-true keeps the weights and optimizer state in half
+    precision, which changes what the model learns: listed, not advised)'
+    """
+    here = next((o.step_s for o in options if o.precision == current), None)
+    others = [o for o in options if here and o.precision != current]
+    if not others:
+        return f"keep {current}: no other precision has a fast path predicted on {device_name}"
+    listed = ", ".join(f"{o.precision} {o.step_s / here:.2f}x" for o in others)
+    faster_unsafe = [o.precision for o in others if not o.safe and not o.note and here / o.step_s >= threshold]
+    if faster_unsafe:
+        names = " and ".join(faster_unsafe)
+        listed += (f"; {names} {'keeps' if len(faster_unsafe) == 1 else 'keep'} the weights and optimizer state in "
+                   "half precision, which changes what the model learns: listed, not advised")
+    return (f"keep {current}: no mixed precision or TF32 is predicted to cut this run by 10% on {device_name} "
+            f"(step time relative to {current}: {listed})")
+
+
 def _suggestion(options: list[PrecisionOption], here: PrecisionOption, fit_s: float | None, fixed_s: float,
                 threshold: float, allow_unsafe: bool) -> str | None:
     current = here.precision

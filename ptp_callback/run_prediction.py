@@ -214,9 +214,6 @@ def precision_advice(
     text = run_advice(prediction, options, current.label, schedule, fit_s)
     if text is not None:
         return text
-    here = next((o.step_s for o in options if o.precision == current.label), None)
-    others = [f"{o.precision} {o.step_s / here:.2f}x" for o in options if here and o.precision != current.label]
-    if not others:
-        return f"keep {current.label}: no other precision has a fast path predicted on {prediction.device.name}"
-    return (f"keep {current.label}: no mixed precision or TF32 is predicted to cut this run by 10% on "
-            f"{prediction.device.name} (step time relative to {current.label}: {', '.join(others)})")
+    from .advisor import keep_line
+
+    return keep_line(options, current.label, prediction.device.name)
