@@ -77,8 +77,10 @@ class HostCosts:
 
 # Fitted on the six Lightning fits of benchmarks/data/timelines.jsonl (NVIDIA H100 80GB HBM3 host,
 # 16 cores, Lightning 2.6.6, Rich bar, 4 loader workers), 2026-11-24, with
-# `python benchmarks/replay_timelines.py --fit-host`. Each is a host property: a cost per batch,
-# per loader start, per byte copied or written -- none belongs to a model.
+# `python benchmarks/replay_timelines.py --fit-host` (least-squares lines then; its Theil-Sen lines
+# of 2026-11-27, robust to one slow teardown or save, give copies at 1.25e9 B/s, a save's fixed
+# part 0.045 s and the end 0.27 s on the same fits: within one save's run-to-run spread). Each is a
+# host property: a cost per batch, per loader start, per byte copied or written -- none belongs to a model.
 H100_HOST = HostCosts(
     loop_s=3.0e-3,
     val_loop_s=3.0e-3,
