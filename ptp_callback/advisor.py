@@ -34,6 +34,9 @@ from .tracer import OptimizerArg, StepFn, TraceError
 # copies, so they change speed, not what the model learns. Pure half precision (``*-true``) is
 # predicted and listed but only advised when asked for, since it changes the training numerics.
 SAFE = ("32-true", "32-true+tf32", "bf16-mixed", "16-mixed")
+# How many times shorter another precision must make the run (or the step) to be named: below it,
+# the difference is within what the predictions can tell apart.
+ADVICE_GAIN = 1.1
 
 
 @dataclass(frozen=True)
@@ -119,7 +122,7 @@ def compare_precisions(
 
 
 def advice(options: list[PrecisionOption], current: str, fit_s: float | None, *, fixed_s: float = 0.0,
-           threshold: float = 1.1, allow_unsafe: bool = False) -> str | None:
+           threshold: float = ADVICE_GAIN, allow_unsafe: bool = False) -> str | None:
     """A one-line suggestion when another precision is predicted ``threshold`` x faster, else None.
 
     ``fit_s`` is the fit at the current precision, of which ``fixed_s`` (data-loader waits,
@@ -137,7 +140,7 @@ def advice(options: list[PrecisionOption], current: str, fit_s: float | None, *,
     return suggestion
 
 
-def keep_line(options: list[PrecisionOption], current: str, device_name: str, threshold: float = 1.1) -> str:
+def keep_line(options: list[PrecisionOption], current: str, device_name: str, threshold: float = ADVICE_GAIN) -> str:
     """The line for a run whose precision is the one to keep: each other precision's predicted step
     time beside the current one's. A pure half precision (``*-true``) predicted faster is listed and
     said why it is not advised: its weights and optimizer state lose precision.
