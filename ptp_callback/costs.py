@@ -560,6 +560,19 @@ def conv_family(dims: tuple[int, ...]) -> str:
     return "dense_3x3" if kernel == 9 and stride == 1 else "dense"
 
 
+# Channels per group that cuDNN's Hopper kernels tile a convolution's channels in (see
+# :func:`kernels.runs_as_gemm`).
+CHANNEL_TILE = 64
+
+
+def fills_channel_tiles(dims: tuple[int, ...]) -> bool:
+    """Whether an ungrouped convolution's input and output channels are both whole multiples of
+    :data:`CHANNEL_TILE` (VGG's and ResNet's 64 to 512 are; an RGB input or MobileNet's 40 are not)."""
+    if len(dims) < 7 or dims[6] != 1:
+        return False
+    return dims[1] % CHANNEL_TILE == 0 and dims[2] % CHANNEL_TILE == 0
+
+
 def conv_gemms(dims: tuple[int, ...], passes: tuple[str, ...], channels_first: bool = True,
                k_chunk: int = 1) -> tuple[tuple[int, int, int, int], ...]:
     """The implicit GEMMs ``(batch, m, n, k)`` of a convolution's passes (cuDNN's formulation).

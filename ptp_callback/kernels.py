@@ -21,6 +21,8 @@ broad shape grids (``benchmarks/fit_coefficients.py``), never on a model:
   many channels at 7x7 pixels, leaves most SMs idle), plus cuDNN's
   NCHW<->NHWC conversions for tensor-core math (none for a 1x1 stride-1 convolution),
   plus the bias (forward: PyTorch adds it in a pass of its own; backward: one more reduction).
+  On Hopper and Blackwell a convolution whose channels fill whole 64-channel tiles runs its
+  passes at the GEMM model's rate instead (:func:`runs_as_gemm`).
   ``conv_dw``: depthwise convolutions run CUDA-core kernels whose time follows the multiply-adds
   (``flops`` at a fitted rate) or the bytes, whichever is longer: PyTorch's own kernel, or
   cuDNN's where PyTorch picks it (fp16 3x3 and 5x5, channels-last: :mod:`conv_dispatch`).
@@ -49,7 +51,8 @@ from typing import TYPE_CHECKING
 
 from . import grouped_gemm
 from .coefficients import CostCoefficients, pick
-from .costs import DTYPE_KEYS, MN_MAJOR_GEMM, ROW_MAJOR_GEMM, STRIDED_CAT, OpCost, conv_pass_flops, rnn_layer_inputs
+from .costs import (DTYPE_KEYS, MN_MAJOR_GEMM, ROW_MAJOR_GEMM, STRIDED_CAT, OpCost, conv_pass_flops, fills_channel_tiles,
+                    rnn_layer_inputs)
 
 if TYPE_CHECKING:
     from .devices import DeviceSpec
@@ -244,6 +247,47 @@ def streamed_seconds(batch: int, m: int, n: int, k: int, dtype: str, device: Dev
     return 2.0 * best * (k + k_fill) / rate
 
 
+def runs_as_gemm(cost: OpCost, device: DeviceSpec) -> bool:
+    """Whether a convolution's passes run at the rate of GEMMs of their implicit shapes.
+
+    On Hopper and Blackwell, an ungrouped tensor-core convolution whose input and output channels
+    fill whole 64-channel tiles (:func:`costs.fills_channel_tiles`) ran each pass about as fast as
+    cuBLAS runs the same GEMM. In the H100's kernel profiles of VGG-16 (batch 64) and ResNet-18
+    (batch 256), whose convolutions but the RGB one have 64 to 512 channels, the half-precision
+    passes took (forward, data gradient, weight gradient) 3.3, 2.0-2.4, 2.2-3.0 ms and 1.8-3.0,
+    1.5-1.6, 1.5-1.9 ms; the GEMM model says 3.3, 3.2, 3.2 and 2.4, 2.1, 2.0 ms, while the
+    efficiencies fitted on the op rows (random channel counts, none a multiple of 64) said 3.7-4.0,
+    5.3-6.2, 6.5-7.2 and 2.8-2.9, 3.4-3.8, 4.0-4.4 ms. In TF32 the weight gradient, both of whose
+    operands are MN-major, ran at the rate of an MN-major TF32 GEMM (``gemm_eff['mn_major:tf32']``):
+    11.7 and 6.0 ms, modelled 9.2 and 5.8 (the op rows' efficiencies: 13.1 and 7.9).
+    ``benchmarks/conv_passes.py`` prints these figures.
+    """
+    if device.arch not in STREAM_K_ARCHS or not fills_channel_tiles(cost.dims):
+        return False
+    return _family(device, cost.dtype) in _CONV_GEMM_DTYPES
+
+
+# The math dtypes whose channel-filling convolutions run at GEMM rates (TF32 and the half
+# precisions: tensor cores; an fp32 convolution without TF32 runs CUDA-core kernels).
+_CONV_GEMM_DTYPES = frozenset(("tf32", "bf16", "fp16"))
+
+
+def conv_pass_seconds(cost: OpCost, gemm: tuple[int, int, int, int], part: str, device: DeviceSpec,
+                      coef: CostCoefficients, as_gemm: bool = False) -> float:
+    """Math time of one convolution pass (``fwd``, ``dgrad`` or ``wgrad``) of implicit GEMM
+    ``gemm``: at the GEMM model's rate when ``as_gemm`` (:func:`runs_as_gemm`), else through the
+    wave model at the family's fitted efficiency for the pass."""
+    family = _family(device, cost.dtype)
+    if as_gemm:
+        if family in _STREAMED_DTYPES:
+            return streamed_seconds(*gemm, cost.dtype, device, coef)
+        scale = pick(coef.gemm_eff, ("mn_major", family), 1.0) if part == "wgrad" else 1.0
+        return wave_seconds(*gemm, cost.dtype, device, coef, scale)
+    scale = pick(coef.conv_eff, ("conv", cost.kernel or "dense", part, family), 0.8)
+    splits = _SPLITS[-1] if part == "wgrad" else 1
+    return wave_seconds(*gemm, cost.dtype, device, coef, scale, splits)
+
+
 def conv_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> float:
     """A dense, pointwise or grouped convolution (see module doc)."""
     family = _family(device, cost.dtype)
@@ -255,11 +299,9 @@ def conv_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> fl
         # gradient may be compute-bound while its weight gradient streams the activations.
         passes = cost.passes or (("dgrad", "wgrad") if cost.backward else ("fwd",))
         pass_bytes = cost.pass_bytes or (cost.bytes / len(cost.gemms),) * len(cost.gemms)
-        body = 0.0
-        for gemm, part, nbytes in zip(cost.gemms, passes, pass_bytes):
-            scale = pick(coef.conv_eff, ("conv", kind, part, family), 0.8)
-            splits = _SPLITS[-1] if part == "wgrad" else 1
-            body += max(wave_seconds(*gemm, cost.dtype, device, coef, scale, splits), nbytes / conv_bandwidth)
+        as_gemm = runs_as_gemm(cost, device)
+        body = sum(max(conv_pass_seconds(cost, gemm, part, device, coef, as_gemm), nbytes / conv_bandwidth)
+                   for gemm, part, nbytes in zip(cost.gemms, passes, pass_bytes))
     else:
         # A CPU's convolution kernels (oneDNN) have an efficiency per family and direction.
         scale = pick(coef.conv_eff, ("conv", kind, direction if _cpu_rooflines(coef) else "fwd", family), 0.8)

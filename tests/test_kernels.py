@@ -14,11 +14,14 @@ from ptp_callback.costs import COLUMN_REDUCTION, STRIDED_CAT, OpCost, describe_o
 from ptp_callback.devices import DeviceSpec, get_device
 from ptp_callback.kernels import (
     attention_seconds,
+    conv_pass_seconds,
     gemm_seconds,
     kernel_seconds,
     math_dtype,
     memory_seconds,
     recurrent_seconds,
+    runs_as_gemm,
+    streamed_seconds,
     wave_seconds,
 )
 from ptp_callback.tracer import OpRecord
@@ -301,6 +304,34 @@ def test_implicit_gemm_steps_through_whole_channel_chunks_per_filter_tap():
         even = _conv_cost(torch.empty(8, 64, 14, 14), 128)
     assert even.gemms == ((8, 196, 128, 64 * 9),)
     assert even.flops == 2 * 8 * 196 * 128 * 64 * 9
+
+
+def test_a_convolution_whose_channels_fill_64_channel_tiles_runs_at_the_gemm_rate():
+    with FakeTensorMode():
+        whole = _conv_cost(torch.empty(32, 64, 28, 28, dtype=torch.bfloat16), 128, backward=True)
+        partial = _conv_cost(torch.empty(32, 72, 28, 28, dtype=torch.bfloat16), 128, backward=True)
+        x = torch.empty(32, 64, 28, 28)
+        w = torch.empty(128, 64, 3, 3)
+        conv = (x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+        args = (torch.ops.aten.convolution.default(*conv), x, w, None, *conv[3:], [True, True, False])
+        tf32 = describe_op(torch.ops.aten.convolution_backward.default, args, {},
+                           torch.ops.aten.convolution_backward.default(*args), matmul_tf32=False, conv_tf32=True,
+                           phase="backward")
+    # Efficiencies fitted on convolutions far below the GEMM's, so the two rules cannot agree.
+    coef = replace(COEF, conv_eff={"conv": 0.25}, gemm_eff={"gemm": 0.5, "mn_major:tf32": 0.4})
+    assert runs_as_gemm(whole, TOY) and runs_as_gemm(tf32, TOY)
+    assert not runs_as_gemm(partial, TOY)  # 72 input channels: a tile and a part
+    assert not runs_as_gemm(whole, replace(TOY, arch="ampere"))
+    for gemm, part in zip(whole.gemms, ("dgrad", "wgrad")):
+        as_gemm = conv_pass_seconds(whole, gemm, part, TOY, coef, as_gemm=True)
+        assert as_gemm == pytest.approx(streamed_seconds(*gemm, "bf16", TOY, coef))
+        assert conv_pass_seconds(whole, gemm, part, TOY, coef) > 1.5 * as_gemm
+    # TF32: the weight gradient's operands are both MN-major, at an MN-major GEMM's rate.
+    dgrad, wgrad = tf32.gemms
+    assert conv_pass_seconds(tf32, dgrad, "dgrad", TOY, coef, True) == pytest.approx(
+        wave_seconds(*dgrad, "tf32", TOY, coef))
+    assert conv_pass_seconds(tf32, wgrad, "wgrad", TOY, coef, True) == pytest.approx(
+        wave_seconds(*wgrad, "tf32", TOY, coef, 0.4))
 
 
 def test_a_strided_convolutions_data_gradient_runs_only_the_taps_that_reach_each_input_pixel():
