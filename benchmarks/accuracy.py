@@ -17,8 +17,10 @@ measured precision, predicted for ``h100-sxm`` from its trace on the CPU proxy. 
 The per-op coefficients never see a workload step, so they need no refit per fold; refit them
 from scratch with ``python benchmarks/fit_coefficients.py``. For each, per precision: MAPE;
 per workload: MAPE; the speed-ratio score (each precision's speed-up over 32-true predicted
-within 10% of the measured speed-up) and whether the fastest precision is predicted right, also
-among the runs that train: the recorded 16-true runs used AdamW's default eps, which is 0 in
+within 10% of the measured speed-up), whether the fastest precision is predicted right and how
+much slower than the fastest the precision predicted fastest measured (where two precisions run
+the same kernels, as 32-true and 32-tf32 do for a convnet's convolutions, their measured order is
+noise), also among the runs that train: the recorded 16-true runs used AdamW's default eps, which is 0 in
 float16, so their weights were inf/NaN from the first step (``Trace.hazards``).
 Traces are cached in ``.ptp_cache/`` (``step_data.py``): the first run traces all 78
 configurations (several minutes), later ones take seconds.
@@ -104,6 +106,16 @@ def fastest_right(rows: list[Row]) -> tuple[int, int, list[str]]:
     return len(by_workload) - len(misses), len(by_workload), misses
 
 
+def fastest_regret(rows: list[Row]) -> list[float]:
+    """Per workload, how much longer than the fastest measured precision the one predicted fastest
+    measured: what following the prediction costs (0 where it is the fastest)."""
+    by_workload: dict[str, list[Row]] = defaultdict(list)
+    for r in rows:
+        by_workload[r.workload].append(r)
+    return [min(rs, key=lambda r: r.predicted_s).measured_s / min(r.measured_s for r in rs) - 1.0
+            for rs in by_workload.values()]
+
+
 def summary(title: str, rows: list[Row]) -> list[str]:
     lines = [f"{title}: MAPE {mape([r.error for r in rows]):.1f}% over {len(rows)} configurations"]
     per_precision = defaultdict(list)
@@ -125,6 +137,9 @@ def summary(title: str, rows: list[Row]) -> list[str]:
     right, workloads, misses = fastest_right(rows)
     lines.append(f"  speed-up over 32-true within 10% of measured: {hits}/{total} pairs ({100 * hits / max(1, total):.0f}%)")
     lines.append(f"  fastest precision right: {right}/{workloads}" + (f"; missed: {'; '.join(misses)}" if misses else ""))
+    regret = sorted(fastest_regret(rows))
+    lines.append(f"  the precision predicted fastest measured {100 * regret[len(regret) // 2]:.1f}% (median) and at "
+                 f"most {100 * regret[-1]:.1f}% slower than the fastest measured")
     untrained = sorted({r.precision for r in rows if not r.trains}, key=PRECISIONS.index)
     if untrained:
         training = [r for r in rows if r.trains]
