@@ -149,7 +149,9 @@ def test_a_plain_loop_over_an_iterable_dataset_gets_an_eta_from_its_second_epoch
     assert re.match(r"predicted run of unknown length at 32-true on .*: train [\d.]+[mu]s a batch", tracker.plan_text)
     tracker.close()
     assert tracker.forecaster.schedule.total_batches == 18 and tracker.forecaster.position == 18
-    assert shown[5] is None and all(x is not None for x in shown[6:]) and shown[6] > shown[-1] >= 0.0
+    # From the second epoch on there is an ETA. (Its size is a few ms of sub-millisecond batches: on
+    # a loaded machine the first one can come out below the last, so no order is asserted.)
+    assert shown[5] is None and all(x is not None and x >= 0.0 for x in shown[6:])
 
 
 def test_a_one_shot_iterator_is_never_read_for_the_prediction():
