@@ -568,7 +568,7 @@ CHANNEL_TILE = 64
 def fills_channel_tiles(dims: tuple[int, ...]) -> bool:
     """Whether an ungrouped convolution's input and output channels are both whole multiples of
     :data:`CHANNEL_TILE` (VGG's and ResNet's 64 to 512 are; an RGB input or MobileNet's 40 are not)."""
-    if len(dims) < 7 or dims[6] != 1:
+    if len(dims) < 7 or dims[6] != 1 or not dims[1] or not dims[2]:
         return False
     return dims[1] % CHANNEL_TILE == 0 and dims[2] % CHANNEL_TILE == 0
 
