@@ -177,7 +177,8 @@ def main() -> None:
     started = time.perf_counter()
     cases = step_data.load_cases(set(args.only.split(",")) if args.only else None)
     timelines = [StepTimeline(c, HOPPER) for c in cases]
-    timelines[0].check(HOPPER)
+    for timeline in timelines:
+        timeline.check(HOPPER)
     print(f"ptp_callback step-time accuracy vs data/steps.jsonl (NVIDIA H100 SXM, PyTorch 2.11), predicting h100-sxm; "
           f"{time.strftime('%Y-%m-%d')}; {len(cases)} configurations ({time.perf_counter() - started:.0f}s to load)")
     in_sample = predict(timelines, HOPPER)
