@@ -554,6 +554,11 @@ class StepCase:
     profile: tuple[tuple[str, int, float], ...] = ()  # ``profile_top``: (aten op or kernel, calls, ms)
 
 
+# Per-kernel floors at which the fast walk checks that an op's time is linear in the floor: the
+# fit moves the floor between its bounds.
+_PROBED_FLOORS = (1e-6, 5e-6, 20e-6)
+
+
 class StepTimeline:
     """One measured step's per-op host and kernel times under fixed stage-1 coefficients, so that
     the stage-2 constants can be refitted in milliseconds: the same two-timeline walk as
@@ -568,10 +573,12 @@ class StepTimeline:
         self.kernels = [op.cost.kernels for op in ops]
         self.sync = [op.name == "ptp.sync" for op in ops]
         self.calls = (step_host_seconds(case.trace, coef) - coef.host_step_s) / coef.extra.get("host_scale", 1.0)
-        # Ops whose time is not body + floor x kernels (a cuDNN RNN's time steps each take the
-        # longer of a fixed step time and a GEMM plus the floor) are priced in full at each call.
-        self.exact = {i: op for i, op in enumerate(ops) if op.cost.kernels and abs(
-            kernel_seconds(op, DEVICE, coef) - self.body[i] - coef.kernel_floor_s * op.cost.kernels) > 1e-12}
+        # Ops whose time is not body + floor x kernels for every floor (a cuDNN RNN's time steps
+        # each take the longer of a fixed step time and a GEMM plus the floor) are priced in full
+        # at each call.
+        self.exact = {i: op for i, op in enumerate(ops) if op.cost.kernels and any(
+            abs(kernel_seconds(op, DEVICE, replace(coef, kernel_floor_s=floor)) - self.body[i] - floor * op.cost.kernels)
+            > 1e-12 for floor in _PROBED_FLOORS)}
         for i in self.exact:
             self.body[i] = None
 
