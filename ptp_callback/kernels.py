@@ -260,7 +260,8 @@ def runs_as_gemm(cost: OpCost, device: DeviceSpec) -> bool:
     5.3-6.2, 6.5-7.2 and 2.8-2.9, 3.4-3.8, 4.0-4.4 ms. In TF32 the weight gradient, both of whose
     operands are MN-major, ran at the rate of an MN-major TF32 GEMM (``gemm_eff['mn_major:tf32']``):
     11.7 and 6.0 ms, modelled 9.2 and 5.8 (the op rows' efficiencies: 13.1 and 7.9).
-    ``benchmarks/conv_passes.py`` prints these figures.
+    ``benchmarks/conv_passes.py`` prints these figures. Only H100s were measured; Blackwell is
+    taken to run them alike, as it is for GEMMs (:data:`STREAM_K_ARCHS`).
     """
     if device.arch not in STREAM_K_ARCHS or not fills_channel_tiles(cost.dims):
         return False
