@@ -93,27 +93,29 @@ def speed_ratio_score(rows: list[Row]) -> tuple[int, int]:
     return hits, total
 
 
-def fastest_right(rows: list[Row]) -> tuple[int, int, list[str]]:
-    by_workload: dict[str, list[Row]] = defaultdict(list)
+def by_workload(rows: list[Row]) -> dict[str, list[Row]]:
+    grouped: dict[str, list[Row]] = defaultdict(list)
     for r in rows:
-        by_workload[r.workload].append(r)
+        grouped[r.workload].append(r)
+    return grouped
+
+
+def fastest_right(rows: list[Row]) -> tuple[int, int, list[str]]:
+    workloads = by_workload(rows)
     misses = []
-    for name, rs in by_workload.items():
+    for name, rs in workloads.items():
         measured = min(rs, key=lambda r: r.measured_s).precision
         predicted = min(rs, key=lambda r: r.predicted_s).precision
         if measured != predicted:
             misses.append(f"{name} (measured {measured}, predicted {predicted})")
-    return len(by_workload) - len(misses), len(by_workload), misses
+    return len(workloads) - len(misses), len(workloads), misses
 
 
 def fastest_regret(rows: list[Row]) -> list[float]:
     """Per workload, how much longer than the fastest measured precision the one predicted fastest
     measured: what following the prediction costs (0 where it is the fastest)."""
-    by_workload: dict[str, list[Row]] = defaultdict(list)
-    for r in rows:
-        by_workload[r.workload].append(r)
     return [min(rs, key=lambda r: r.predicted_s).measured_s / min(r.measured_s for r in rs) - 1.0
-            for rs in by_workload.values()]
+            for rs in by_workload(rows).values()]
 
 
 def summary(title: str, rows: list[Row]) -> list[str]:

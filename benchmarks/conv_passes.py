@@ -34,7 +34,7 @@ from step_data import cached_trace  # noqa: E402
 
 from ptp_callback.coefficients import HOPPER  # noqa: E402
 from ptp_callback.devices import get_device  # noqa: E402
-from ptp_callback.kernels import conv_pass_seconds, runs_as_gemm  # noqa: E402
+from ptp_callback.kernels import conv_pass_names, conv_pass_seconds, runs_as_gemm  # noqa: E402
 
 DEVICE = get_device("h100-sxm")
 PASSES = ("fwd", "dgrad", "wgrad")
@@ -73,9 +73,8 @@ def modelled_passes(workload: str, precision: str, as_gemm_allowed: bool) -> dic
         cost = op.cost
         if cost.op_class != "conv" or not cost.gemms:
             continue
-        passes = cost.passes or (("dgrad", "wgrad") if cost.backward else ("fwd",))
         as_gemm = as_gemm_allowed and runs_as_gemm(cost, DEVICE)
-        for gemm, part in zip(cost.gemms, passes):
+        for gemm, part in zip(cost.gemms, conv_pass_names(cost)):
             times[part] += conv_pass_seconds(cost, gemm, part, DEVICE, HOPPER, as_gemm) * 1e3
     return times
 

@@ -576,10 +576,11 @@ class StepTimeline:
         # Ops whose time is not body + floor x kernels for every floor (a cuDNN RNN's time steps
         # each take the longer of a fixed step time and a GEMM plus the floor) are priced in full
         # at each call.
-        self.exact = {i: op for i, op in enumerate(ops) if op.cost.kernels and any(
+        exact = [i for i, op in enumerate(ops) if op.cost.kernels and any(
             abs(kernel_seconds(op, DEVICE, replace(coef, kernel_floor_s=floor)) - self.body[i] - floor * op.cost.kernels)
-            > 1e-12 for floor in _PROBED_FLOORS)}
-        for i in self.exact:
+            > 1e-12 for floor in _PROBED_FLOORS)]
+        self.exact = [ops[i] for i in exact]  # in step order; their body is None
+        for i in exact:
             self.body[i] = None
 
     def step_s(self, coef: CostCoefficients) -> float:
@@ -587,7 +588,7 @@ class StepTimeline:
         latency, floor = coef.launch_latency_s, coef.kernel_floor_s
         host = end = coef.host_step_s + self.calls * scale
         dev = 0.0
-        exact = iter([kernel_seconds(op, DEVICE, coef) for op in self.exact.values()])
+        exact = iter([kernel_seconds(op, DEVICE, coef) for op in self.exact])
         for h, body, n, sync in zip(self.host, self.body, self.kernels, self.sync):
             host += h * scale
             if sync and dev > host:

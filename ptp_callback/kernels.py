@@ -273,6 +273,12 @@ def runs_as_gemm(cost: OpCost, device: DeviceSpec) -> bool:
 _CONV_GEMM_DTYPES = frozenset(("tf32", "bf16", "fp16"))
 
 
+def conv_pass_names(cost: OpCost) -> tuple[str, ...]:
+    """The pass each of a convolution's implicit GEMMs runs (``cost.passes``; a record without them:
+    the forward, or the backward's data and weight gradients)."""
+    return cost.passes or (("dgrad", "wgrad") if cost.backward else ("fwd",))
+
+
 def conv_pass_seconds(cost: OpCost, gemm: tuple[int, int, int, int], part: str, device: DeviceSpec,
                       coef: CostCoefficients, as_gemm: bool = False) -> float:
     """Math time of one convolution pass (``fwd``, ``dgrad`` or ``wgrad``) of implicit GEMM
@@ -298,7 +304,7 @@ def conv_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> fl
     if cost.gemms and not _cpu_rooflines(coef):
         # One kernel per pass, each bound by its own GEMM or its own bytes: a backward's data
         # gradient may be compute-bound while its weight gradient streams the activations.
-        passes = cost.passes or (("dgrad", "wgrad") if cost.backward else ("fwd",))
+        passes = conv_pass_names(cost)
         pass_bytes = cost.pass_bytes or (cost.bytes / len(cost.gemms),) * len(cost.gemms)
         as_gemm = runs_as_gemm(cost, device)
         body = sum(max(conv_pass_seconds(cost, gemm, part, device, coef, as_gemm), nbytes / conv_bandwidth)
