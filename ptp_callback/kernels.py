@@ -185,6 +185,14 @@ def cpu_gemm_rate(m: int, n: int, k: int, dtype: str, device: DeviceSpec, coef: 
     return peak_flops(device, dtype) * pick(coef.gemm_eff, ("gemm", dtype), 1.0) * smallest / (smallest + half)
 
 
+def _mn_major_scale(family: str, device: DeviceSpec, coef: CostCoefficients) -> float:
+    """Relative rate of a GEMM neither of whose operands runs along K (a weight gradient): Hopper's
+    TF32 tensor-core instructions read K-major operands only (``gemm_eff['mn_major:tf32']``)."""
+    if family == "tf32" and device.arch == "hopper":
+        return pick(coef.gemm_eff, ("mn_major", family), 1.0)
+    return 1.0
+
+
 def gemm_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> float:
     """Time of a GEMM op: wave-quantized tiles on a GPU, a measured-rate roofline on a CPU."""
     batch, m, n, k = cost.gemm or (1, 1, 1, 1)
@@ -199,8 +207,8 @@ def gemm_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> fl
         return max(cost.flops / rate, memory)
     family = _family(device, cost.dtype)
     scale = misaligned_scale(cost, coef, family)
-    if cost.kernel == MN_MAJOR_GEMM and family == "tf32" and device.arch == "hopper":
-        scale *= pick(coef.gemm_eff, ("mn_major", family), 1.0)
+    if cost.kernel == MN_MAJOR_GEMM:
+        scale *= _mn_major_scale(family, device, coef)
     if cost.kernel == grouped_gemm.KERNEL and not grouped_gemm.fast_path(cost.dtype, device.arch):
         # PyTorch's fallback: one GEMM per group, each in waves of its own.
         return max(batch * wave_seconds(1, m, n, k, cost.dtype, device, coef, scale), memory)
@@ -288,7 +296,7 @@ def conv_pass_seconds(cost: OpCost, gemm: tuple[int, int, int, int], part: str, 
     if as_gemm:
         if family in _STREAMED_DTYPES:
             return streamed_seconds(*gemm, cost.dtype, device, coef)
-        scale = pick(coef.gemm_eff, ("mn_major", family), 1.0) if part == "wgrad" else 1.0
+        scale = _mn_major_scale(family, device, coef) if part == "wgrad" else 1.0
         return wave_seconds(*gemm, cost.dtype, device, coef, scale)
     scale = pick(coef.conv_eff, ("conv", cost.kernel or "dense", part, family), 0.8)
     splits = _SPLITS[-1] if part == "wgrad" else 1
