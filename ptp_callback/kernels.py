@@ -177,6 +177,19 @@ def _cpu_rooflines(coef: CostCoefficients) -> bool:
     return coef.extra.get("gemm_model") == "roofline"
 
 
+def in_step_rate(coef: CostCoefficients) -> float:
+    """A probed CPU's GEMM and convolution rate inside a training step, relative to the probe's.
+
+    The probe keeps the fastest of three back-to-back runs of one GEMM on the same operands; in a
+    step each GEMM reads operands another op left in the last-level cache or in memory, and the
+    BLAS threads wake for it. On a 2-thread Xeon (2026-11-27, ``benchmarks/cpu_steps.py``) the
+    GEMMs of seven models' steps took 1.04-1.24x (median 1.13) the time their probed rates give.
+    Not applied to recurrent layers, whose GEMM scales were fitted on whole layers
+    (``recurrent["cpu_gemm_scale:*"]``).
+    """
+    return coef.gemm_eff.get("in_step", 1.0)
+
+
 def cpu_gemm_rate(m: int, n: int, k: int, dtype: str, device: DeviceSpec, coef: CostCoefficients) -> float:
     """FLOP/s of a ``(m x k) @ (k x n)`` GEMM on a probed CPU: the measured rate, falling with the
     smallest dimension (packing and blocking overheads are amortized over fewer multiply-adds)."""
@@ -204,7 +217,7 @@ def gemm_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> fl
             # The probed rates are row-major GEMMs'; a CPU's fallback kernel for a dtype without
             # matrix instructions runs transposed layouts many times faster (probe.transposed_speedup).
             rate *= coef.extra.get("gemm_transposed_speedup", {}).get(cost.dtype, 1.0)
-        return max(cost.flops / rate, memory)
+        return max(cost.flops / (rate * in_step_rate(coef)), memory)
     family = _family(device, cost.dtype)
     scale = misaligned_scale(cost, coef, family)
     if cost.kernel == MN_MAJOR_GEMM:
@@ -320,7 +333,8 @@ def conv_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> fl
     else:
         # A CPU's convolution kernels (oneDNN) have an efficiency per family and direction.
         scale = pick(coef.conv_eff, ("conv", kind, direction if _cpu_rooflines(coef) else "fwd", family), 0.8)
-        compute = cost.flops / (peak_flops(device, cost.dtype) * pick(coef.gemm_eff, ("gemm", family), 0.7) * scale)
+        rate = peak_flops(device, cost.dtype) * pick(coef.gemm_eff, ("gemm", family), 0.7) * scale
+        compute = cost.flops / (rate * in_step_rate(coef) if _cpu_rooflines(coef) else rate)
         body = max(compute, cost.bytes / conv_bandwidth)
     passes_of_layout = pick(coef.extra, ("conv_layout_passes", kind, direction, family), 1.0)
     layout = memory_seconds(cost.layout_bytes * passes_of_layout, device, coef, "elementwise", cost.dtype)

@@ -487,6 +487,11 @@ CPU_CONV_EFF = {"conv:dense:fwd": 1.0, "conv:dense_3x3:fwd": 1.0, "conv:dense:bw
                    for direction, eff in (("fwd", 0.05), ("bwd", 0.07))}}
 
 
+# A GEMM's or convolution's rate inside a CPU training step, relative to the probe's best-of-three
+# on warm operands (kernels.in_step_rate): 1 / 1.13, the median over seven models' steps.
+CPU_IN_STEP_GEMM_RATE = 0.885
+
+
 def cpu_coefficients(result: ProbeResult) -> CostCoefficients:
     """Coefficients for a CPU: rates are measured, so efficiencies are relative to the probe.
 
@@ -508,7 +513,7 @@ def cpu_coefficients(result: ProbeResult) -> CostCoefficients:
     small = result.small_op_s
     return replace(
         base,
-        gemm_eff={"gemm": 1.0, "misaligned": 1.0},
+        gemm_eff={"gemm": 1.0, "misaligned": 1.0, "in_step": CPU_IN_STEP_GEMM_RATE},
         # oneDNN's convolutions, relative to the probed GEMM peak, and a fixed cost per call (its
         # primitive lookup and layout reorders: 60 us forward, 120 us backward, 28 and 56 small
         # ops, on a 2-thread Xeon): fitted on 48 random convolutions there, forward and backward
