@@ -1,11 +1,12 @@
 """Training steps on this CPU against their prediction for it: how the probe-based CPU model does
-on models of several kinds, and how fast their GEMMs run inside a step against the probe's rate.
+on models of several kinds (among them the models of ``lightning_eta.py``'s fits), and how fast
+their GEMMs run inside a step against the probe's rate.
 
 usage: python benchmarks/cpu_steps.py [--only a,b] [--steps N]
 
 Each model runs in a fresh process with glibc's allocator in the state CPU predictions assume
 (``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_`` set: see the README's limits): its
-step (forward, loss, backward, AdamW or Adam, ``zero_grad``) predicted for ``device="cpu"``, then
+step (forward, loss, backward, AdamW, ``zero_grad``) predicted for ``device="cpu"``, then
 timed over ``--steps`` steps after as many warm-up steps (the median). A profiled run of a few
 more steps gives the GEMMs' own time (``aten::mm``, ``addmm``, ``bmm`` self time, with the
 profiler's overhead in it) beside what the cost model gives them. The probe is this machine's
@@ -28,10 +29,11 @@ MODELS = ("mlp", "mlp_wide", "cnn", "resnet18_64px", "gpt_tiny", "gpt_4l", "lstm
 
 _CHILD = r"""
 import json, statistics, sys, time, warnings
-sys.path.insert(0, {root!r})
+sys.path.insert(0, {root!r}); sys.path.insert(0, {here!r})
 warnings.simplefilter("ignore")
 import torch, torch.nn as nn, torch.nn.functional as F
 import ptp_callback as ptp
+from lightning_eta import CNN, LSTMLM, MLP, TinyGPT  # the models of the CPU Lightning fits
 torch.manual_seed(0)
 name = {name!r}
 
@@ -42,42 +44,25 @@ def lm(model, batch):
     return model(input_ids=batch[0], labels=batch[0]).loss
 
 if name == "mlp":
-    model = nn.Sequential(nn.Linear(784, 1024), nn.GELU(), nn.Linear(1024, 1024), nn.GELU(), nn.Linear(1024, 10))
-    batch, loss_fn = (torch.randn(128, 784), torch.randint(0, 10, (128,))), classify
+    model, batch, loss_fn = MLP().net, (torch.randn(128, 784), torch.randint(0, 10, (128,))), classify
 elif name == "mlp_wide":
     model = nn.Sequential(nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 10))
     batch, loss_fn = (torch.randn(512, 2048), torch.randint(0, 10, (512,))), classify
 elif name == "cnn":
-    def block(cin, cout, stride):
-        return nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU())
-    model = nn.Sequential(block(3, 32, 1), block(32, 64, 2), block(64, 64, 2), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                          nn.Linear(64, 10))
-    batch, loss_fn = (torch.randn(64, 3, 32, 32), torch.randint(0, 10, (64,))), classify
+    model, batch, loss_fn = CNN().net, (torch.randn(64, 3, 32, 32), torch.randint(0, 10, (64,))), classify
 elif name == "resnet18_64px":
     import torchvision
     model = torchvision.models.resnet18(num_classes=100)
     batch, loss_fn = (torch.randn(32, 3, 64, 64), torch.randint(0, 100, (32,))), classify
-elif name in ("gpt_tiny", "gpt_4l"):
+elif name == "gpt_tiny":
+    model, batch, loss_fn = TinyGPT().model, (torch.randint(0, 1000, (16, 64)),), lm
+elif name == "gpt_4l":
     from transformers import GPT2Config, GPT2LMHeadModel
-    from transformers.utils import logging
-    logging.set_verbosity_error()
-    if name == "gpt_tiny":
-        config, shape = GPT2Config(n_layer=2, n_embd=128, n_head=4, n_positions=128, vocab_size=1000), (16, 64)
-    else:
-        config, shape = GPT2Config(n_layer=4, n_embd=256, n_head=4, n_positions=256, vocab_size=5000), (8, 256)
-    model = GPT2LMHeadModel(config)
-    batch, loss_fn = (torch.randint(0, config.vocab_size, shape),), lm
+    model = GPT2LMHeadModel(GPT2Config(n_layer=4, n_embd=256, n_head=4, n_positions=256, vocab_size=5000))
+    batch, loss_fn = (torch.randint(0, 5000, (8, 256)),), lm
 else:
-    class LSTMLM(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.embed, self.rnn, self.head = nn.Embedding(1000, 128), nn.LSTM(128, 256, 2, batch_first=True), nn.Linear(256, 1000)
-        def forward(self, x):
-            hidden, _ = self.rnn(self.embed(x[:, :-1]))
-            return self.head(hidden).flatten(0, 1)
-    model = LSTMLM()
-    tokens = torch.randint(0, 1000, (32, 65))
-    batch, loss_fn = (tokens,), lambda m, b: F.cross_entropy(m(b[0]), b[0][:, 1:].flatten())
+    model, batch = LSTMLM(), (torch.randint(0, 1000, (32, 65)),)
+    loss_fn = lambda m, b: m._loss(b)
 
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
 prediction = ptp.predict_step(model, batch, loss_fn, optimizer, precision="32-true", device="cpu")
@@ -111,7 +96,7 @@ print(json.dumps({{"predicted": prediction.step_s, "measured": statistics.median
 
 def run(name: str, steps: int) -> dict:
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="33554432", MALLOC_TRIM_THRESHOLD_="67108864")
-    code = _CHILD.format(root=os.path.dirname(HERE), name=name, steps=steps)
+    code = _CHILD.format(root=os.path.dirname(HERE), here=HERE, name=name, steps=steps)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
 

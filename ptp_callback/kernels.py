@@ -185,7 +185,7 @@ def in_step_rate(coef: CostCoefficients) -> float:
     BLAS threads wake for it. On a 2-thread Xeon (2026-11-27, ``benchmarks/cpu_steps.py``) the
     GEMMs of seven models' steps took 1.04-1.24x (median 1.13) the time their probed rates give.
     Not applied to recurrent layers, whose GEMM scales were fitted on whole layers
-    (``recurrent["cpu_gemm_scale:*"]``).
+    (``recurrent["cpu_gemm_scale:*"]``). A GPU's coefficients have no such factor: 1.
     """
     return coef.gemm_eff.get("in_step", 1.0)
 
@@ -333,8 +333,8 @@ def conv_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> fl
     else:
         # A CPU's convolution kernels (oneDNN) have an efficiency per family and direction.
         scale = pick(coef.conv_eff, ("conv", kind, direction if _cpu_rooflines(coef) else "fwd", family), 0.8)
-        rate = peak_flops(device, cost.dtype) * pick(coef.gemm_eff, ("gemm", family), 0.7) * scale
-        compute = cost.flops / (rate * in_step_rate(coef) if _cpu_rooflines(coef) else rate)
+        compute = cost.flops / (peak_flops(device, cost.dtype) * pick(coef.gemm_eff, ("gemm", family), 0.7) * scale
+                                * in_step_rate(coef))
         body = max(compute, cost.bytes / conv_bandwidth)
     passes_of_layout = pick(coef.extra, ("conv_layout_passes", kind, direction, family), 1.0)
     layout = memory_seconds(cost.layout_bytes * passes_of_layout, device, coef, "elementwise", cost.dtype)
