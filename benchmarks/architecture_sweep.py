@@ -2,6 +2,8 @@
 it take, and are its convolutions and GEMMs shaped as the kernels that will run them?
 
 usage: python benchmarks/architecture_sweep.py [--only a,b] [--precisions 32-true,bf16-mixed]
+       python benchmarks/architecture_sweep.py --time OUT.jsonl [--only a,b] [--precisions ...]   (a GPU)
+       python benchmarks/architecture_sweep.py --score [FILE ...]                              (no GPU)
 
 Each model is built from its constructor or config with random weights (no download) and a
 batch of a typical training size, traced on this machine's CPU for ``h100-sxm`` and predicted.
@@ -15,15 +17,23 @@ in fp32, 8 in half precision; a 1-channel audio input 4 or 8 times its work), an
 convolution's data gradient over every input pixel (2.5-4x; its efficiency was fitted on H100
 rows of such convolutions). A shape read the wrong way shows as a larger multiple: until
 2026-11-27 a ``ConvTranspose2d`` counted 8x its multiply-adds, taken as a forward convolution of
-its own shapes, and a generator's first layer (a 4x4 filter over a 1x1 latent) 20x. No GPU timing
-is involved: how right the predictions are is measured by ``accuracy.py`` and
-``training_setups.py``.
+its own shapes, and a generator's first layer (a 4x4 filter over a 1x1 latent) 20x.
+
+``--time`` times each model's real AdamW step on this machine's GPU as ``data/steps.jsonl`` was
+timed (``profile_steps.build_step``: median of 10 after 5 warm-up steps) and appends one JSON line
+per model and precision. ``--score`` predicts every recorded line for the GPU it was timed on
+(traced on this CPU, with the engine as it is now) and prints each error, the MAPE, and how far each
+precision's predicted speed-up over 32-true is from the measured one. None of these models was
+used to fit a coefficient, so the score is a held-out figure.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import json
 import os
+import statistics
 import sys
 import time
 import warnings
@@ -31,6 +41,7 @@ from typing import Any, Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
@@ -239,13 +250,101 @@ def gemm_cover(ops: list) -> float:
     return worst
 
 
+TIMINGS = os.path.join(HERE, "data", "architectures_h200_2026-11-27.jsonl")
+
+
+def _as_spec(name: str) -> tuple:
+    """A model of ``MODELS`` in the (make_model, make_batch, loss) form ``profile_steps`` builds steps from."""
+    model, batch, loss = MODELS[name]()
+    return (lambda: model, lambda device, dtype: tuple(t.to(device) for t in batch), loss)
+
+
+def time_models(names: list[str], precisions: list[str], out: str) -> int:
+    """Time every model's real step here, one precision at a time over all models (so that an
+    interrupted run has each model's 32-true first), appending a JSON line each."""
+    from profile_steps import build_step, time_step
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    gpu = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
+    failures = 0
+    for precision in precisions:
+        for name in names:
+            record: dict[str, Any] = {"model": name, "precision": precision, "device": gpu,
+                                      "torch": torch.__version__, "date": time.strftime("%Y-%m-%d")}
+            try:
+                record["step_s_median"] = time_step(build_step(_as_spec(name), precision, device), device)
+            except Exception as exc:  # noqa: BLE001 - one model's failure (memory, say) must not end the run
+                failures += 1
+                record["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            with open(out, "a") as stream:
+                stream.write(json.dumps(record) + "\n")
+            print(f"timed {name} {precision}: "
+                  f"{record.get('error') or format(1e3 * record['step_s_median'], '.2f') + ' ms'}", flush=True)
+            gc.collect()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    return 1 if failures else 0
+
+
+def score(files: list[str]) -> int:
+    """Predict each recorded step for the GPU that timed it and print the errors."""
+    rows = [json.loads(line) for path in files for line in open(path) if line.strip()]
+    rows = [r for r in rows if "step_s_median" in r]
+    print(f"architecture sweep scored {time.strftime('%Y-%m-%d')}, torch {torch.__version__}: "
+          f"{len(rows)} timed steps from {', '.join(os.path.basename(f) for f in files)}, traced on this CPU")
+    print(f"{'model':30s} {'precision':11s} {'device':22s} {'measured':>9s} {'predicted':>9s} {'error':>7s}")
+    predicted: dict[tuple[str, str, str], float] = {}
+    measured: dict[tuple[str, str, str], float] = {}
+    built: dict[str, Built] = {}
+    for row in rows:
+        name, precision, gpu = row["model"], row["precision"], row["device"]
+        if name not in built:
+            built = {name: MODELS[name]()}  # one model at a time: some are large
+        model, batch, loss = built[name]
+        # The timed step set TF32 by its precision's name; the trace reads the flags from torch.
+        torch.set_float32_matmul_precision("high" if precision == "32-tf32" else "highest")
+        pred = ptp.predict_step(model, batch, loss, precision=precision, device=gpu, trace_on="cpu")
+        key = (name, precision, gpu)
+        predicted[key], measured[key] = pred.step_s, row["step_s_median"]
+        error = pred.step_s / row["step_s_median"] - 1
+        print(f"{name:30s} {precision:11s} {gpu[:22]:22s} {1e3 * row['step_s_median']:9.2f} "
+              f"{1e3 * pred.step_s:9.2f} {100 * error:+6.1f}%", flush=True)
+    torch.set_float32_matmul_precision("highest")
+    errors = [abs(predicted[k] / measured[k] - 1) for k in measured]
+    if not errors:
+        print("no timed steps")
+        return 1
+    print(f"\n{len(errors)} steps: MAPE {100 * statistics.mean(errors):.1f}%, median {100 * statistics.median(errors):.1f}%, "
+          f"within 10%: {sum(e <= 0.10 for e in errors)}, within 25%: {sum(e <= 0.25 for e in errors)}, "
+          f"worst {100 * max(errors):.1f}%")
+    for precision in sorted({k[1] for k in measured}):
+        share = [e for k, e in zip(measured, errors) if k[1] == precision]
+        print(f"  {precision:11s} {len(share):3d} steps, MAPE {100 * statistics.mean(share):5.1f}%")
+    ratios = []
+    for (name, precision, gpu) in measured:
+        base = (name, "32-true", gpu)
+        if precision != "32-true" and base in measured:
+            true_ratio = measured[base] / measured[name, precision, gpu]
+            ratios.append(abs((predicted[base] / predicted[name, precision, gpu]) / true_ratio - 1))
+    if ratios:
+        print(f"speed-up over 32-true within 10% of the measured one: {sum(r <= 0.10 for r in ratios)} of "
+              f"{len(ratios)} (median error {100 * statistics.median(ratios):.1f}%)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", default="", help="comma-separated model names")
     parser.add_argument("--precisions", default="32-true,bf16-mixed")
+    parser.add_argument("--time", metavar="OUT", help="time the real steps on this GPU, appending JSON lines to OUT")
+    parser.add_argument("--score", nargs="*", metavar="FILE", help="score recorded timings (default: the shipped ones)")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
     names = [n for n in args.only.split(",") if n] or list(MODELS)
+    if args.time:
+        return time_models(names, args.precisions.split(","), args.time)
+    if args.score is not None:
+        return score(args.score or [TIMINGS])
     print(f"architecture sweep, {time.strftime('%Y-%m-%d')}, torch {torch.__version__}: traced on this CPU, "
           f"predicted for h100-sxm")
     print(f"{'model':30s} {'precision':11s} {'step ms':>9s} {'bound':>6s} {'trace s':>8s} {'ops':>6s} "

@@ -193,7 +193,9 @@ INITIAL = CostCoefficients(
     extra={"attention_key_fill": 256.0, "attention_dim_fill": 32.0, "attention_dropout_cost": 0.4,
            "conv_layout_passes": 1.0, "reference_small_op_s": 10.85e-6, "batch_norm_channels_half": 32.0,
            "batch_norm_native_channels_half": 32.0, "batch_norm_run_half": 32.0, "batch_norm_native_run_half": 32.0,
-           "host_scale": 1.0},
+           "host_scale": 1.0,
+           # The GPU every efficiency is a fraction of (kernels.stream_rate scales them to others).
+           "reference_bw_gbs": DEVICE.memory_bw_gbs, "reference_sm_count": float(DEVICE.sm_count)},
 )
 
 

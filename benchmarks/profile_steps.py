@@ -3,6 +3,7 @@ kernel: the evidence for fitting an op class against the workloads themselves (G
 meaningful figures; on a CPU it checks itself in seconds with ``--smoke``).
 
 usage: python benchmarks/profile_steps.py OUT.jsonl [--only name,...] [--precisions p,...] [--smoke]
+       python benchmarks/profile_steps.py --compare A.jsonl B.jsonl   (no GPU: per-op device time, A over B)
 
 Two passes, so that the profiler cannot slow the timed steps (once ``torch.profiler`` has run in a
 process, launch-bound steps stay slower): first every configuration's step is timed (median of 10
@@ -111,13 +112,39 @@ def profile_step(step: Callable[[], None], device: torch.device) -> dict[str, An
     return {"profile_total_ms": round(sum(row[3] for row in ops) / 1e3, 3), "ops": ops, "kernels": kernels}
 
 
+def compare(first: str, second: str, top: int = 12) -> None:
+    """Each configuration profiled in both files: its aten ops' device time in the first over the
+    second (two GPUs, say), the ops that took most time first."""
+    def load(path: str) -> dict[tuple[str, str], dict[str, Any]]:
+        with open(path) as f:
+            return {(r["workload"], r["precision"]): r for r in map(json.loads, f)}
+
+    a, b = load(first), load(second)
+    for key in [k for k in a if k in b]:
+        print(f"{key[0]} {key[1]}: {a[key]['device']} {1e3 * a[key]['step_s_median']:.2f} ms, "
+              f"{b[key]['device']} {1e3 * b[key]['step_s_median']:.2f} ms a step")
+        totals: dict[str, list[float]] = {}
+        for op, _shapes, _calls, us in a[key]["ops"]:
+            totals.setdefault(op, [0.0, 0.0])[0] += us
+        for op, _shapes, _calls, us in b[key]["ops"]:
+            totals.setdefault(op, [0.0, 0.0])[1] += us
+        for op, (us_a, us_b) in sorted(totals.items(), key=lambda kv: -kv[1][0])[:top]:
+            print(f"  {op:44s} {us_a:9.0f} us {us_b:9.0f} us  {us_a / us_b if us_b else float('nan'):5.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("out")
+    parser.add_argument("out", nargs="?")
+    parser.add_argument("--compare", nargs=2, metavar=("A", "B"), help="compare two recorded profiles instead")
     parser.add_argument("--only", default="")
     parser.add_argument("--precisions", default=",".join(PRECISIONS))
     parser.add_argument("--smoke", action="store_true", help="the tiny workloads, on whatever device is here")
     args = parser.parse_args()
+    if args.compare:
+        compare(*args.compare)
+        return
+    if not args.out:
+        parser.error("OUT is needed to profile (or give --compare A B)")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     table = SMOKE if args.smoke else WORKLOADS
     names = [n for n in table if not args.only or n in args.only.split(",")]

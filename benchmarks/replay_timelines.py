@@ -9,9 +9,9 @@ Lightning fits on an H100 host with default checkpointing, a progress bar and 4 
 1. the fit's schedule and checkpoint saves are laid out from its recorded ``Trainer`` settings by
    Lightning's rules (and checked against the events it recorded);
 2. its plan is predicted as the callback predicts it before step one: the workload (the same
-   model and batch, ``benchmarks/data/workloads.py``) traced here and predicted for ``h100-sxm`` at the
-   recorded precision, and the H100 host's costs (loop per batch, loader start, device-to-host
-   copy and save rate, teardown) fitted on the *other* workloads' fits only (``--in-sample`` uses
+   model and batch, ``benchmarks/data/workloads.py``) traced here and predicted at the recorded
+   precision for the GPU the fit ran on (its ``device``; ``h100-sxm`` where none is recorded), and
+   the H100 host's costs (loop per batch, loader start, device-to-host copy and save rate, teardown) fitted on the *other* workloads' fits only (``--in-sample`` uses
    every fit; their saves' rate per byte only where their checkpoints are not all far smaller than
    this fit's, :data:`EXTRAPOLATION_LIMIT`);
 3. the recorded events are fed to :class:`~ptp_callback.forecast.RunForecaster` with their recorded
@@ -144,12 +144,13 @@ class Engine:
     trace_s: float
 
 
-_ENGINE: dict[tuple[str, str], Engine] = {}
+_ENGINE: dict[tuple[str, str, str], Engine] = {}
 
 
-def engine(workload: str, precision: str) -> Engine:
-    """Trace the workload here (meta device) and predict its steps for ``h100-sxm``."""
-    key = (workload, precision)
+def engine(workload: str, precision: str, gpu: str = "h100-sxm") -> Engine:
+    """Trace the workload here (meta device) and predict its steps for ``gpu`` (a device table
+    name or the name torch reported where the fit ran)."""
+    key = (workload, precision, gpu)
     if key in _ENGINE:
         return _ENGINE[key]
     import torch
@@ -163,7 +164,7 @@ def engine(workload: str, precision: str) -> Engine:
     make_model, make_batch, loss = workloads()[workload]
     # The recorded fits ran with float32_matmul_precision("highest") and cuDNN's default TF32 convs.
     spec = PrecisionSpec.from_setting(precision, matmul_tf32=False, conv_tf32=True)
-    device, coef = resolve_device("h100-sxm")
+    device, coef = resolve_device(gpu)
     with torch.device("meta"):
         model = make_model()
     batch = make_batch(torch.device("meta"))
@@ -188,6 +189,11 @@ def engine(workload: str, precision: str) -> Engine:
     )
     _ENGINE[key] = result
     return result
+
+
+def gpu_of(record: dict) -> str:
+    """The GPU a fit was recorded on (``fits.jsonl`` names none: an H100 SXM ran its fits)."""
+    return record.get("device") or "h100-sxm"
 
 
 # ------------------------------------------------------------------------- observed host costs
@@ -282,7 +288,7 @@ def fit_host(records: list[dict], base: HostCosts = H100_HOST, *, save_bytes: fl
     """Host costs fitted on recorded fits: medians and robust lines of a fixed cost plus bytes
     over a rate, per kind of work (see ``Observed``). ``save_bytes``: the checkpoint the costs
     will predict the saves of (see :data:`EXTRAPOLATION_LIMIT`)."""
-    engines = [engine(r["workload"], r["precision"]) for r in records]
+    engines = [engine(r["workload"], r["precision"], gpu_of(r)) for r in records]
     obs = [observe(r, e) for r, e in zip(records, engines)]
     # The loop's own time per batch shows only in host-bound fits: in a 100 ms step, a few percent
     # of step-prediction error is more than the whole loop. Without one, the default stays.
@@ -336,7 +342,7 @@ def _line(points: list[tuple[float, float]], fixed: float, per_byte: float) -> t
 
 def plan_for(rec: dict, host: HostCosts) -> RunPlan:
     """The plan the callback would make before step one for this recorded fit on the H100."""
-    eng = engine(rec["workload"], rec["precision"])
+    eng = engine(rec["workload"], rec["precision"], gpu_of(rec))
     schedule, _ = lightning_schedule(rec)
     loader = LoaderFacts(num_workers=rec["workers"], persistent_workers=bool((rec.get("loader") or {}).get(
         "persistent_workers")), load_s=eng.load_s, batch_bytes=eng.batch_bytes)
@@ -417,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     records = load(args.files)
     print(f"replay of {len(records)} recorded fits ({', '.join(os.path.relpath(f) for f in args.files)}), "
-          f"{time.strftime('%Y-%m-%d')}; engine predictions for h100-sxm traced on this machine")
+          f"{time.strftime('%Y-%m-%d')}; engine predictions for each fit's GPU traced on this machine")
     if args.fit_host:
         host = fit_host(records)
         for key, value in host.__dict__.items():
@@ -433,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
         plan = None
         if not args.no_plan:
             others = records if args.in_sample else [r for r in records if r["workload"] != rec["workload"]]
-            bytes_saved = engine(rec["workload"], rec["precision"]).checkpoint_bytes
+            bytes_saved = engine(rec["workload"], rec["precision"], gpu_of(rec)).checkpoint_bytes
             plan = plan_for(rec, fit_host(others, save_bytes=bytes_saved) if others else H100_HOST)
         result = replay(rec, plan)
         dense += [(abs(m), abs(n)) for _f, m, n in replay(rec, plan, DENSE).points if m is not None and n is not None]

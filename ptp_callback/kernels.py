@@ -114,10 +114,34 @@ def _bandwidth(device: DeviceSpec) -> float:
     return device.memory_bw_gbs * 1e9
 
 
+def stream_rate(device: DeviceSpec, coef: CostCoefficients, efficiency: float) -> float:
+    """Bytes per second of a kernel family that reached ``efficiency`` of the bandwidth of the GPU
+    ``coef`` was fitted on (its ``reference_bw_gbs``).
+
+    A kernel that streams like a copy there (the elementwise efficiency or more) is bound by DRAM
+    and keeps its share of any GPU's bandwidth. One that reached less was also held back on the
+    SMs' side (index arithmetic, too few bytes in flight): its rate is the two limits combined as
+    ``1/r^2 = 1/(copy share x bandwidth)^2 + 1/(SM-side rate)^2``, the SM-side rate solved from
+    the reference GPU and scaled by the SMs another one has, never by more than its bandwidth. So
+    on a GPU with more bandwidth per SM such kernels gain less than a copy does (SqueezeNet's
+    step on an H200 against an H100, the same 132 SMs and 1.43x the bandwidth, 2026-11-27: its
+    ReLUs and concatenations ran 1.36-1.41x faster, its max pooling and bias-gradient sums
+    0.99-1.08x), and on one with less bandwidth per SM, every kernel scales with the bandwidth.
+    """
+    bandwidth = _bandwidth(device)
+    reference = coef.extra.get("reference_bw_gbs", 0.0) * 1e9
+    copy_share = coef.mem_eff["elementwise"]
+    if not reference or efficiency >= copy_share or bandwidth == reference:
+        return bandwidth * efficiency
+    sm_side = 1.0 / math.sqrt((efficiency * reference) ** -2 - (copy_share * reference) ** -2)
+    scale = min(device.sm_count / coef.extra["reference_sm_count"], bandwidth / reference)
+    return ((copy_share * bandwidth) ** -2 + (sm_side * scale) ** -2) ** -0.5
+
+
 def memory_seconds(nbytes: float, device: DeviceSpec, coef: CostCoefficients, op_class: str, dtype: str,
                    backward: bool = False) -> float:
     """Seconds to move ``nbytes`` through DRAM at the class's share of the device's bandwidth."""
-    return nbytes / (_bandwidth(device) * coef.memory_efficiency(op_class, dtype, backward))
+    return nbytes / stream_rate(device, coef, coef.memory_efficiency(op_class, dtype, backward))
 
 
 def wave_seconds(batch: int, m: int, n: int, k: int, dtype: str, device: DeviceSpec, coef: CostCoefficients,
@@ -321,7 +345,7 @@ def conv_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> fl
     family = _family(device, cost.dtype)
     kind = cost.kernel or "dense"
     direction = "bwd" if cost.backward else "fwd"
-    conv_bandwidth = _bandwidth(device) * pick(coef.mem_eff, ("conv", kind, direction), 0.8)
+    conv_bandwidth = stream_rate(device, coef, pick(coef.mem_eff, ("conv", kind, direction), 0.8))
     if cost.gemms and not _cpu_rooflines(coef):
         # One kernel per pass, each bound by its own GEMM or its own bytes: a backward's data
         # gradient may be compute-bound while its weight gradient streams the activations.
@@ -574,6 +598,22 @@ def first_touch_seconds(cost: OpCost, coef: CostCoefficients) -> float:
     return cost.fresh_bytes * coef.extra.get("fresh_byte_s", 0.0)
 
 
+def _batch_norm_share(cost: OpCost, coef: CostCoefficients, direction: str) -> float:
+    """The part of its class's bandwidth a batch norm reaches with its channels and feature maps."""
+    if len(cost.dims) < 2:
+        return 1.0
+    # Per-channel statistics: with few channels the kernels cannot use the whole bandwidth
+    # (measured: 16 channels reached 14% of it, 96 channels 66%, 500 or more 90%).
+    channels = cost.dims[1]
+    share = channels / (channels + pick(coef.extra, (f"{cost.op_class}_channels_half", direction), 0.0))
+    if len(cost.dims) > 2:
+        # A channel's values lie in runs of one feature map each (NCHW): the small maps of a
+        # network's last stages (7x7, 14x14) leave most of every memory transaction unused.
+        run = max(1, cost.dims[2])
+        share *= run / (run + pick(coef.extra, (f"{cost.op_class}_run_half", direction), 0.0))
+    return share
+
+
 def _kernel_seconds(op: OpRecord, device: DeviceSpec, coef: CostCoefficients) -> float:
     cost = op.cost
     floor = coef.kernel_floor_s * cost.kernels
@@ -587,11 +627,12 @@ def _kernel_seconds(op: OpRecord, device: DeviceSpec, coef: CostCoefficients) ->
         return floor + attention_seconds(op, device, coef)
     if cost.op_class == "recurrent" and len(cost.dims) == 8:
         return floor + recurrent_seconds(cost, device, coef)
-    bandwidth = _bandwidth(device)
     direction = "bwd" if cost.backward else "fwd"
     # A kernel family may stream at its own rate: a cast to a smaller dtype faster than one to a
     # larger dtype of the same bytes (H100, 100 MB-1.6 GB: fp32 -> bf16 3.0 TB/s, bf16 -> fp32 1.95).
     efficiency = coef.memory_efficiency(cost.op_class, cost.dtype, cost.backward, cost.kernel)
+    if cost.op_class.startswith("batch_norm"):
+        efficiency *= _batch_norm_share(cost, coef, direction)
     moved = cost.bytes + cost.aux_bytes
     if cost.kernel == STRIDED_CAT and not _cpu_rooflines(coef):
         moved = per_element_bytes(cost)
@@ -600,23 +641,14 @@ def _kernel_seconds(op: OpRecord, device: DeviceSpec, coef: CostCoefficients) ->
         # which stay in the last-level cache between them (a step's other ops stream from memory),
         # but no nearer: each parameter's first op fetches them afresh, however small (AdamW over 100
         # parameters of 256 KB: 119 us each on a 2-thread Xeon, 62 priced at the in-cache rate).
-        bandwidth = coef.extra["reuse_bw_gbs"] * 1e9
+        rate = coef.extra["reuse_bw_gbs"] * 1e9 * efficiency
     elif moved < coef.extra.get("cache_bytes", 0.0):
-        bandwidth = coef.extra["cache_bw_gbs"] * 1e9  # a CPU: small tensors stay in its caches
+        rate = coef.extra["cache_bw_gbs"] * 1e9 * efficiency  # a CPU: small tensors stay in its caches
+    else:
+        rate = stream_rate(device, coef, efficiency)
     latency = pick(coef.latency_s, (cost.op_class, direction), 0.0)
-    seconds = max(moved / (bandwidth * efficiency), element_seconds(op, coef))
+    seconds = max(moved / rate, element_seconds(op, coef))
     if cost.op_class == "norm" and len(cost.dims) == 2:
         # One row per warp or block: many short rows take longer than their bytes.
         seconds = max(seconds, cost.dims[0] * pick(coef.latency_s, ("norm_row", direction), 0.0) / device.sm_count)
-    elif cost.op_class.startswith("batch_norm") and len(cost.dims) >= 2:
-        # Per-channel statistics: with few channels the kernels cannot use the whole bandwidth
-        # (measured: 16 channels reached 14% of it, 96 channels 66%, 500 or more 90%).
-        channels = cost.dims[1]
-        half = pick(coef.extra, (f"{cost.op_class}_channels_half", direction), 0.0)
-        seconds /= channels / (channels + half)
-        if len(cost.dims) > 2:
-            # A channel's values lie in runs of one feature map each (NCHW): the small maps of a
-            # network's last stages (7x7, 14x14) leave most of every memory transaction unused.
-            run = max(1, cost.dims[2])
-            seconds /= run / (run + pick(coef.extra, (f"{cost.op_class}_run_half", direction), 0.0))
     return floor + latency + seconds

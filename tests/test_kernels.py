@@ -22,6 +22,7 @@ from ptp_callback.kernels import (
     memory_seconds,
     recurrent_seconds,
     runs_as_gemm,
+    stream_rate,
     streamed_seconds,
     wave_seconds,
 )
@@ -31,9 +32,11 @@ from ptp_callback.tracer import OpRecord
 TOY = DeviceSpec(key="toy", name="Toy GPU", arch="hopper", sm_count=2, memory_gb=1, memory_bw_gbs=1000, l2_mb=1,
                  peak_tflops={"fp32": 1.0, "tf32": 1.0, "bf16": 2.0, "fp16": 2.0})
 # Half the peak, no K-loop fill, every tile size equally fast, no floors: the bare wave model.
+# Efficiencies are fractions of the toy's own bandwidth: no reference GPU to scale them from.
 COEF = replace(HOPPER, gemm_eff={"gemm": 0.5, "misaligned:bf16:1": 0.25}, gemm_k_fill={"gemm": 0.0},
                gemm_tile_eff={"tensor": 0.0, "simt": 0.0}, kernel_floor_s=0.0, latency_s={},
-               mem_eff={"elementwise": 1.0, "gemm": 1.0})
+               mem_eff={"elementwise": 1.0, "gemm": 1.0},
+               extra={k: v for k, v in HOPPER.extra.items() if k not in ("reference_bw_gbs", "reference_sm_count")})
 
 
 def _describe(func, args, *, phase: str) -> OpCost:
@@ -912,3 +915,25 @@ def test_a_hopper_tf32_weight_gradient_runs_at_its_own_rate_and_aligned_gemms_st
     # 51 MB in, 51 MB out, no math to speak of: the copy's share of the bandwidth, not the GEMM's.
     assert skinny.kernel == ROW_MAJOR_GEMM and not skinny.misaligned
     assert seconds(skinny) == pytest.approx(memory_seconds(skinny.bytes, h100, HOPPER, "elementwise", "tf32"))
+
+
+def test_a_kernel_short_of_the_copy_rate_gains_less_than_the_bandwidth_on_a_gpu_with_more_per_sm():
+    h100, h200 = get_device("h100-sxm"), get_device("h200-sxm")  # the same 132 SMs, 3352 and 4800 GB/s
+    copy_share = HOPPER.mem_eff["elementwise"]
+    gains = {}
+    for efficiency in (copy_share, 0.8, 0.5, 0.2):
+        # On the GPU the coefficients were fitted on, the rate is the efficiency's share of its bandwidth.
+        assert stream_rate(h100, HOPPER, efficiency) == pytest.approx(efficiency * h100.memory_bw_gbs * 1e9)
+        gains[efficiency] = stream_rate(h200, HOPPER, efficiency) / stream_rate(h100, HOPPER, efficiency)
+    bandwidth_ratio = h200.memory_bw_gbs / h100.memory_bw_gbs
+    assert gains[copy_share] == pytest.approx(bandwidth_ratio)
+    # The further below a copy's rate a kernel ran, the more it was bound by its SMs, which did not grow.
+    assert bandwidth_ratio > gains[0.8] > gains[0.5] > gains[0.2] > 1.0
+    assert gains[0.2] < 1.03
+    # A GPU with proportionally fewer SMs and less bandwidth scales every kernel by its bandwidth.
+    half = replace(h100, key="half-h100", sm_count=66, memory_bw_gbs=h100.memory_bw_gbs / 2)
+    for efficiency in (copy_share, 0.5, 0.2):
+        assert stream_rate(half, HOPPER, efficiency) == pytest.approx(stream_rate(h100, HOPPER, efficiency) / 2)
+    # One with more bandwidth but fewer SMs gains nothing on an SM-bound kernel from the bandwidth.
+    narrow = replace(h200, key="narrow-h200", sm_count=66)
+    assert stream_rate(narrow, HOPPER, 0.2) < stream_rate(h100, HOPPER, 0.2) * 0.6
