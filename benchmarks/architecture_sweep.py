@@ -2,7 +2,7 @@
 it take, and are its convolutions and GEMMs shaped as the kernels that will run them?
 
 usage: python benchmarks/architecture_sweep.py [--only a,b] [--precisions 32-true,bf16-mixed]
-       python benchmarks/architecture_sweep.py --time OUT.jsonl [--only a,b] [--precisions ...]   (a GPU)
+       python benchmarks/architecture_sweep.py --time OUT.jsonl [--profile P.jsonl] [--only a,b] [--precisions ...]
        python benchmarks/architecture_sweep.py --score [FILE ...]                              (no GPU)
 
 Each model is built from its constructor or config with random weights (no download) and a
@@ -259,10 +259,12 @@ def _as_spec(name: str) -> tuple:
     return (lambda: model, lambda device, dtype: tuple(t.to(device) for t in batch), loss)
 
 
-def time_models(names: list[str], precisions: list[str], out: str) -> int:
+def time_models(names: list[str], precisions: list[str], out: str, profiles: str | None = None) -> int:
     """Time every model's real step here, one precision at a time over all models (so that an
-    interrupted run has each model's 32-true first), appending a JSON line each."""
-    from profile_steps import build_step, time_step
+    interrupted run has each model's 32-true first), appending a JSON line each; then, with
+    ``profiles``, profile one step of each in ``profile_steps.py``'s format (after all the timing:
+    once the profiler has run, a process's launch-bound steps stay slower)."""
+    from profile_steps import build_step, profile_step, time_step
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     gpu = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
@@ -280,6 +282,23 @@ def time_models(names: list[str], precisions: list[str], out: str) -> int:
                 stream.write(json.dumps(record) + "\n")
             print(f"timed {name} {precision}: "
                   f"{record.get('error') or format(1e3 * record['step_s_median'], '.2f') + ' ms'}", flush=True)
+            gc.collect()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    for precision in precisions if profiles else ():
+        for name in names:
+            try:
+                step = build_step(_as_spec(name), precision, device)
+                record = {"workload": name, "precision": precision, "device": gpu, "torch": torch.__version__,
+                          "step_s_median": time_step(step, device), **profile_step(step, device)}
+            except Exception as exc:  # noqa: BLE001 - as above
+                failures += 1
+                print(f"profile of {name} {precision} failed: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
+                continue
+            with open(profiles, "a") as stream:
+                stream.write(json.dumps(record) + "\n")
+            print(f"profiled {name} {precision}: {record['profile_total_ms']:.1f} ms of device time", flush=True)
+            del step
             gc.collect()
             if device.type == "cuda":
                 torch.cuda.empty_cache()
@@ -337,12 +356,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="comma-separated model names")
     parser.add_argument("--precisions", default="32-true,bf16-mixed")
     parser.add_argument("--time", metavar="OUT", help="time the real steps on this GPU, appending JSON lines to OUT")
+    parser.add_argument("--profile", metavar="PROFILES", help="with --time: then profile one step of each, "
+                        "appending to PROFILES (profile_steps.py's format)")
     parser.add_argument("--score", nargs="*", metavar="FILE", help="score recorded timings (default: the shipped ones)")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
     names = [n for n in args.only.split(",") if n] or list(MODELS)
     if args.time:
-        return time_models(names, args.precisions.split(","), args.time)
+        return time_models(names, args.precisions.split(","), args.time, args.profile)
     if args.score is not None:
         return score(args.score or [TIMINGS])
     print(f"architecture sweep, {time.strftime('%Y-%m-%d')}, torch {torch.__version__}: traced on this CPU, "
