@@ -559,8 +559,10 @@ def cpu_coefficients(result: ProbeResult) -> CostCoefficients:
                    "cpu_gemm_scale:fwd:fp32": 1.2, "cpu_gemm_scale:bwd:bf16": 1.6, "cpu_gemm_scale:bwd:fp16": 1.6},
         source=f"CPU probe: {result.device_name}",
         # Batch norm's GPU penalties for few channels and small feature maps (an SM per channel)
-        # are not a CPU's, which splits a channel's rows among its threads.
-        extra={**{k: v for k, v in base.extra.items() if not k.startswith("batch_norm")},
+        # are not a CPU's, which splits a channel's rows among its threads; and a CPU's
+        # efficiencies are fractions of its own probed bandwidth, not of the H100 the GPU ones are.
+        extra={**{k: v for k, v in base.extra.items()
+                  if not k.startswith(("batch_norm", "reference_bw_gbs", "reference_sm_count"))},
                "host_scale": 1.0, "gemm_model": "roofline", "gemm_half_rate_dim": half_dim,
                "synchronous": True, "host_speed": host_speed(result.small_op_s, base), "cache_bytes": 4e6,
                "fresh_byte_s": result.fault_s_per_byte,
