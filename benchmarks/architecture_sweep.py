@@ -259,6 +259,13 @@ def _as_spec(name: str) -> tuple:
     return (lambda: model, lambda device, dtype: tuple(t.to(device) for t in batch), loss)
 
 
+def _release(device: torch.device) -> None:
+    """Free one model's step before the next is built (the largest take tens of GB)."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
 def time_models(names: list[str], precisions: list[str], out: str, profiles: str | None = None) -> int:
     """Time every model's real step here, one precision at a time over all models (so that an
     interrupted run has each model's 32-true first), appending a JSON line each; then, with
@@ -269,12 +276,14 @@ def time_models(names: list[str], precisions: list[str], out: str, profiles: str
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     gpu = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
     failures = 0
+    timed: dict[tuple[str, str], float] = {}
     for precision in precisions:
         for name in names:
             record: dict[str, Any] = {"model": name, "precision": precision, "device": gpu,
                                       "torch": torch.__version__, "date": time.strftime("%Y-%m-%d")}
             try:
-                record["step_s_median"] = time_step(build_step(_as_spec(name), precision, device), device)
+                record["step_s_median"] = timed[name, precision] = time_step(
+                    build_step(_as_spec(name), precision, device), device)
             except Exception as exc:  # noqa: BLE001 - one model's failure (memory, say) must not end the run
                 failures += 1
                 record["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
@@ -282,26 +291,21 @@ def time_models(names: list[str], precisions: list[str], out: str, profiles: str
                 stream.write(json.dumps(record) + "\n")
             print(f"timed {name} {precision}: "
                   f"{record.get('error') or format(1e3 * record['step_s_median'], '.2f') + ' ms'}", flush=True)
-            gc.collect()
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
-    for precision in precisions if profiles else ():
-        for name in names:
-            try:
-                step = build_step(_as_spec(name), precision, device)
-                record = {"workload": name, "precision": precision, "device": gpu, "torch": torch.__version__,
-                          "step_s_median": time_step(step, device), **profile_step(step, device)}
-            except Exception as exc:  # noqa: BLE001 - as above
-                failures += 1
-                print(f"profile of {name} {precision} failed: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
-                continue
-            with open(profiles, "a") as stream:
-                stream.write(json.dumps(record) + "\n")
-            print(f"profiled {name} {precision}: {record['profile_total_ms']:.1f} ms of device time", flush=True)
-            del step
-            gc.collect()
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+            _release(device)
+    # The profiled records carry the step time of the first pass, which no profiler had slowed.
+    for name, precision in timed if profiles else ():
+        try:
+            profiled = profile_step(build_step(_as_spec(name), precision, device), device)
+        except Exception as exc:  # noqa: BLE001 - as above
+            failures += 1
+            print(f"profile of {name} {precision} failed: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
+            continue
+        record = {"workload": name, "precision": precision, "device": gpu, "torch": torch.__version__,
+                  "step_s_median": timed[name, precision], **profiled}
+        with open(profiles, "a") as stream:
+            stream.write(json.dumps(record) + "\n")
+        print(f"profiled {name} {precision}: {record['profile_total_ms']:.1f} ms of device time", flush=True)
+        _release(device)
     return 1 if failures else 0
 
 
