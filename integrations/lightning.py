@@ -48,10 +48,14 @@ from ptp_callback.run_prediction import RunPrediction, advice_cost_s, precision_
 
 from .lightning_module import (add_bar_metric, compiled, log_eta_metrics, precision_spec, predict_fit,
                                predicts_the_run_device, quiet_logging, step_code_key, traced_step)
-from .lightning_schedule import (read_checkpoints, read_schedule, time_limit_cycle, time_limit_used,
+from .lightning_schedule import (read_checkpoints, read_schedule, rest_of_fit, time_limit_cycle, time_limit_used,
                                  with_epoch_length)
 
 log = logging.getLogger("lightning.pytorch.ptp_callback")  # printed and configured like Lightning's own lines
+
+def _nothing() -> None:
+    """The bar metric's remover before one is added (a module function: the callback stays picklable)."""
+
 
 _SYNC_EVERY = 100  # batches between device syncs that keep measured intervals honest (not the launch queue)
 
@@ -102,10 +106,19 @@ class PrecisionTimeCallback(Callback):
         self._warnings = OnceWarnings()
         self._last_refresh = -float("inf")
         self._logged_step = -1
-        self._remove_bar_metric: Callable[[], None] = lambda: None
+        self._remove_bar_metric: Callable[[], None] = _nothing
         self._example: Any = None
         self._predict_at_train_start = False
         self._checkpoint: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a copy gets: ``strategy="ddp_spawn"`` pickles the trainer with its callbacks into each
+        process it starts. The settings and a resumed fit's state go; a fit in progress (its
+        forecaster holds the trainer, its bar metric a closure) does not."""
+        state = self.__dict__.copy()
+        state.update(forecaster=None, prediction=None, _example=None, _checkpoint=None, _active=False,
+                     _remove_bar_metric=_nothing)
+        return state
 
     # --------------------------------------------------------------------------- fit start
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -125,6 +138,9 @@ class PrecisionTimeCallback(Callback):
             return
         spec = precision_spec(trainer)
         self.precision_label = spec.label if spec is not None else str(trainer.precision)
+        schedule = self.forecaster.schedule
+        if schedule.total_batches is not None and schedule.total_batches <= schedule.start_batch:
+            return  # limit_train_batches=0, a resume past its limits: nothing trains, nothing to predict
         if lazy_modules(pl_module):
             # Lazy modules get their shapes from the first real forward: the sanity check's, when
             # there is one. Predicted then, at train start, still before step one.
@@ -208,8 +224,17 @@ class PrecisionTimeCallback(Callback):
         self.forecaster.train_start(self.clock(), limit_used_s=time_limit_used(trainer))
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if self._active:
-            self.forecaster.epoch_start(self.clock())
+        if not self._active:
+            return
+        forecaster = self.forecaster
+        forecaster.epoch_start(self.clock())
+        length = trainer.num_training_batches
+        if trainer.reload_dataloaders_every_n_epochs and forecaster.position != forecaster.first_batch and \
+                length != float("inf") and length != forecaster.schedule.batches_per_epoch:
+            started = self.clock()
+            with self._warnings.guard("following the reloaded train loader's length", "the ETA keeps the old one"):
+                forecaster.continue_with(*rest_of_fit(trainer, forecaster.position))
+            forecaster.own_work(self.clock() - started)
 
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
         if self._active:
@@ -286,7 +311,7 @@ class PrecisionTimeCallback(Callback):
         forecaster.fit_end(now)
         actual = forecaster.elapsed_s(now)  # a resumed fit's earlier runs included, as in its predictions
         self.summary = "ptp: " + report_line(forecaster.initial_parts, forecaster.parts(now), actual,
-                                             forecaster.before_step_one_s)
+                                             forecaster.before_step_one_s, stopped=forecaster.stopped_early)
         _print(trainer, self.summary)
         if self.advise is True or self.advise and self._advice_cost_s() < 0.01 * actual:
             measured = forecaster.batches.mean_s()

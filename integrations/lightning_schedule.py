@@ -47,8 +47,9 @@ Limits: early stopping and ``max_time`` stop the fit early (``max_time_s`` is re
 with FSDP / DeepSpeed / ModelParallel (``strategy.restore_checkpoint_after_setup``) the checkpoint is not
 loaded yet at ``on_fit_start``, so a resume is read as a fresh fit; a checkpoint saved in the middle of a
 validation run makes Lightning finish that run first (not counted); a manual-optimization step is assumed to
-step each of its optimizers once per batch (``optimizer_steps_per_batch``); ``reload_dataloaders_every_n_epochs``
-with changing lengths is not followed.
+step each of its optimizers once per batch (``optimizer_steps_per_batch``). A train loader that
+``reload_dataloaders_every_n_epochs`` gives another length is followed from the epoch it starts
+(:func:`rest_of_fit`), the epochs after it taken to be as long.
 """
 
 from __future__ import annotations
@@ -65,16 +66,19 @@ from ptp_callback.checkpoints import CheckpointSettings, save_positions
 from ptp_callback.run_prediction import CheckpointFacts
 from ptp_callback.schedule import EPOCH_END, FitSchedule, FitStart, build_schedule
 
-__all__ = ["read_checkpoints", "read_schedule", "time_limit_cycle", "time_limit_used", "with_epoch_length"]
+__all__ = ["read_checkpoints", "read_schedule", "rest_of_fit", "time_limit_cycle", "time_limit_used",
+           "with_epoch_length"]
 
 
-def read_schedule(trainer: "pl.Trainer") -> FitSchedule:
+def read_schedule(trainer: "pl.Trainer", *, start: FitStart | None = None) -> FitSchedule:
     """The schedule of the ``trainer.fit`` that is starting; call at ``on_fit_start`` on every rank.
 
     May load the train dataloader (as ``trainer.estimated_stepping_batches`` does) and the val
     dataloader (as the fit loop does at ``on_train_start``); Lightning then reuses them. When that would
     lose a stateful train dataloader's checkpointed state (Lightning issue #20550), the loader is
     dropped again so that Lightning reloads and restores it.
+
+    ``start``: the rest of a running fit from there (:func:`rest_of_fit`), not the fit from its start.
     """
     fit_loop = trainer.fit_loop
     lm = trainer.lightning_module
@@ -116,26 +120,27 @@ def read_schedule(trainer: "pl.Trainer") -> FitSchedule:
     step_on_end = not trainer.strategy.handles_gradient_accumulation
 
     # --- resume ------------------------------------------------------------------------------------------
-    loaded = ckpt_state is not None
-    state = ckpt_state if loaded else fit_loop.state_dict()
-    restarting = loaded and _restarting(state, iteration_based=trainer.max_steps != -1)
-    start = _resume_start(
-        state,
-        loaded=loaded,
-        restarting=restarting,
-        batches_per_epoch=B,
-        iteration_based=trainer.max_steps != -1,
-        automatic_optimization=lm.automatic_optimization,
-        val_check=_pre_val_check(trainer, enable_val, vcb),
-    )
-
     per_batch = optimizer_steps_per_batch(trainer)
+    running, restarting = start is not None, False
+    if start is None:
+        loaded = ckpt_state is not None
+        state = ckpt_state if loaded else fit_loop.state_dict()
+        restarting = loaded and _restarting(state, iteration_based=trainer.max_steps != -1)
+        start = _resume_start(
+            state,
+            loaded=loaded,
+            restarting=restarting,
+            batches_per_epoch=B,
+            iteration_based=trainer.max_steps != -1,
+            automatic_optimization=lm.automatic_optimization,
+            val_check=_pre_val_check(trainer, enable_val, vcb),
+        )
+        start = replace(start, step=start.step // per_batch)
     if per_batch > 1:  # the schedule counts batches: one manual step steps every optimizer
         max_steps = None if max_steps is None else -(-max_steps // per_batch)
-        start = replace(start, step=start.step // per_batch)
 
     sanity = 0
-    if enable_val and trainer.num_sanity_val_steps > 0 and not restarting:
+    if enable_val and trainer.num_sanity_val_steps > 0 and not running and not restarting:
         sanity = _sum_or_none([min(trainer.num_sanity_val_steps, n) for n in val_counts])
 
     return build_schedule(
@@ -208,6 +213,16 @@ def saves_through_memory(trainer: "pl.Trainer") -> bool:
         return isinstance(trainer.strategy.checkpoint_io, TorchCheckpointIO)
     except AttributeError:  # a strategy without checkpoint IO
         return False
+
+
+def rest_of_fit(trainer: "pl.Trainer", position: int) -> tuple[FitSchedule, tuple[int, ...]]:
+    """At ``on_train_epoch_start``: the schedule of the fit from the epoch starting now, with the
+    train loader's length as it is now (``reload_dataloaders_every_n_epochs`` may have changed it),
+    and the saves on it. ``position``: the training batches the fit has run."""
+    start = FitStart(position=position, step=trainer.global_step // optimizer_steps_per_batch(trainer),
+                     epoch=trainer.current_epoch, epochs_counted=trainer.current_epoch)
+    schedule = read_schedule(trainer, start=start)
+    return schedule, read_checkpoints(trainer, schedule)[0]
 
 
 def with_epoch_length(trainer: "pl.Trainer", schedule: FitSchedule,

@@ -212,7 +212,7 @@ class RunForecaster:
         self.batches = _BatchTimes(warmup_batches)
         self.min_window = min_window
         self.meters = {kind: _Meter() for kind in KINDS}
-        self.position = schedule.start_batch
+        self.position = self.first_batch = schedule.start_batch  # first_batch: where this fit began
         self.elapsed_before_s = 0.0  # fit seconds of earlier runs (resume)
         self.t0: float | None = None
         self.train_t0: float | None = None
@@ -284,7 +284,7 @@ class RunForecaster:
             self._epoch_closed_at, self._epoch_open_at = self._epoch_open_at, None
         elif self.meters["startup"].done == 0:
             self.meters["startup"].close()
-        if self.position == self.schedule.start_batch:  # this fit's first batch (the total may be unknown)
+        if self.position == self.first_batch:  # this fit's first batch (the total may be unknown)
             self.before_step_one_s = self.total_s(t)
             if self.plan is not None:
                 self.initial_parts = self._predicted_at_step_one(t)
@@ -356,10 +356,18 @@ class RunForecaster:
         self._event(t, "epoch_end")
         s = self.schedule
         began = self._epoch_open_at if self._epoch_open_at is not None else self._epoch_closed_at  # its first position
-        whole = began >= 0 and (began != s.start_batch or s.start_batch_in_epoch == 0)
+        whole = began >= 0 and (began != self.first_batch or s.start_batch_in_epoch == 0)
         if s.batches_per_epoch is None and self.relayout is not None and whole and self.position > began:
             schedule, saves = self.relayout(self.position - began)
             self.schedule, self.saves, self.relayout = schedule, tuple(sorted(saves)), None
+
+    def continue_with(self, schedule: FitSchedule, saves: tuple[int, ...]) -> None:
+        """From an epoch's start on, the rest of the fit is ``schedule`` (starting at the current
+        position) with ``saves``: a train loader reloaded with another length changes it."""
+        if schedule.start_batch != self.position:
+            raise ValueError(f"continue_with: the schedule starts at batch {schedule.start_batch}, "
+                             f"the fit is at {self.position}")
+        self.schedule, self.saves, self.relayout = schedule, tuple(sorted(saves)), None
 
     def train_end(self, t: float) -> None:
         self._event(t, "train_end")
@@ -541,7 +549,7 @@ class RunForecaster:
             return True
         starts = s.epoch_starts
         i = bisect.bisect_left(starts, self.position)
-        return i < len(starts) and starts[i] == self.position and self.position != s.start_batch
+        return i < len(starts) and starts[i] == self.position and self.position != self.first_batch
 
     def _counts_left(self) -> dict[str, float | None]:
         s = self.schedule
@@ -721,9 +729,21 @@ class RunForecaster:
             if kind == "train":
                 spent -= self.batches.warmup_extra_s()
             count = counts.get(kind)
+            if count and unit and self.schedule.max_time_s is not None:
+                count = min(count, round(left.get(kind, 0.0) / unit))  # what fits in the time limit
             out[kind] = Part(kind, spent, meter.done, left.get(kind, 0.0), None if count is None else int(count),
                              unit, measured)
         return out
+
+    @property
+    def stopped_early(self) -> tuple[int, int] | None:
+        """``(batches run, batches scheduled)`` of a fit that ended before its schedule did (early
+        stopping, ``trainer.should_stop``, a loop left early); ``None`` for any other fit, and for one
+        that ``max_time`` may end."""
+        s = self.schedule
+        if not self.ended or s.total_batches is None or s.max_time_s is not None or self.position >= s.total_batches:
+            return None
+        return self.position - self.first_batch, s.total_batches - self.first_batch
 
     # --------------------------------------------------------------------------- resume
     def state_dict(self, now: float) -> dict[str, Any]:

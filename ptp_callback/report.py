@@ -11,6 +11,8 @@ Pure formatting of :class:`~ptp_callback.forecast.Part` records (no state, no I/
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .display import format_duration
 from .forecast import Part
 
@@ -59,12 +61,27 @@ def plan_line(parts: dict[str, Part], total_s: float | None, precision: str, dev
 
 
 def report_line(predicted: dict[str, Part], measured: dict[str, Part], actual_s: float,
-                before_step_one_s: float | None, *, noun: str = "fit") -> str:
-    """``fit took 3m20s, predicted before step one 3m12s (-4.0%): train 2m45s (predicted 2m40s), ...``."""
-    head = f"{noun} took {format_duration(actual_s)}"
-    if before_step_one_s is not None and actual_s > 0:
-        head += f", predicted before step one {format_duration(before_step_one_s)} " \
-                f"({100.0 * (before_step_one_s / actual_s - 1.0):+.1f}%)"
+                before_step_one_s: float | None, *, noun: str = "fit",
+                stopped: tuple[int, int] | None = None) -> str:
+    """``fit took 3m20s, predicted before step one 3m12s (-4.0%): train 2m45s (predicted 2m40s), ...``.
+
+    ``stopped``: (batches run, batches scheduled) of a fit that ended early. Its prediction was for
+    the whole schedule; each counted part (batches, validation runs, epochs, saves) is then set
+    beside its prediction for the occurrences that ran, and so is the whole.
+    """
+    if stopped:
+        predicted = {kind: _for_what_ran(part, measured.get(kind)) for kind, part in predicted.items()}
+        ran, scheduled = stopped
+        head = f"{noun} stopped early after {ran} of {scheduled} training batches and took {format_duration(actual_s)}"
+        if before_step_one_s is not None and actual_s > 0:
+            those = sum(part.spent_s + part.left_s for part in predicted.values())
+            head += f"; predicted before step one {format_duration(before_step_one_s)} for the whole schedule, " \
+                    f"{format_duration(those)} for what ran ({100.0 * (those / actual_s - 1.0):+.1f}%)"
+    else:
+        head = f"{noun} took {format_duration(actual_s)}"
+        if before_step_one_s is not None and actual_s > 0:
+            head += f", predicted before step one {format_duration(before_step_one_s)} " \
+                    f"({100.0 * (before_step_one_s / actual_s - 1.0):+.1f}%)"
     shown = []
     for kind, (label, _unit) in LABELS.items():
         done = measured.get(kind)
@@ -79,3 +96,11 @@ def report_line(predicted: dict[str, Part], measured: dict[str, Part], actual_s:
             text += f" (predicted {format_duration(expected)})" if expected > 0 else " (not predicted)"
         shown.append(text)
     return head + (": " + ", ".join(shown) if shown else "")
+
+
+def _for_what_ran(planned: Part, done: Part | None) -> Part:
+    """A counted part's prediction for as many occurrences as ran (no more than it planned)."""
+    if not LABELS[planned.kind][1] or not planned.left_count:
+        return planned
+    ran = min(planned.left_count, done.count if done is not None else 0)
+    return replace(planned, left_s=planned.left_s * ran / planned.left_count, left_count=ran)

@@ -499,7 +499,7 @@ class RunTracker:
             actual = forecaster.elapsed_s(now)  # a resumed run's earlier time included, as in its predictions
             self.summary = report_line(forecaster.initial_parts, forecaster.parts(now), actual,
                                        forecaster.before_step_one_s if self.prediction is not None else None,
-                                       noun="run")
+                                       noun="run", stopped=forecaster.stopped_early)
             self._write(self.summary)
             if self.advise is True or self.advise and self._advice_cost_s() < 0.01 * actual:
                 measured = forecaster.batches.mean_s()

@@ -1,8 +1,12 @@
 """A 2-process CPU DDP fit with PrecisionTimeCallback (run by tests/test_lightning.py).
 
-Lightning's ``strategy="ddp"`` re-launches this script for rank 1; both ranks join a real gloo
-process group. Rank zero prints the callback's lines; each rank reports when it is done.
+``python ddp_fit.py [ddp|ddp_spawn]``: Lightning's ``strategy="ddp"`` re-launches this script for
+rank 1; ``"ddp_spawn"`` pickles the trainer, its callbacks included, into two new processes. Both
+ranks join a real gloo process group. Rank zero prints the callback's lines; each rank reports when
+it is done.
 """
+
+import sys
 
 import lightning as L
 import torch
@@ -39,10 +43,10 @@ class Done(L.Callback):
             print(f"world_size={trainer.world_size} ranks_done={int(done.item())}", flush=True)
 
 
-def main() -> None:
+def main(strategy: str) -> None:
     torch.manual_seed(0)
     data = TensorDataset(torch.randn(256, 16), torch.randint(0, 4, (256,)))
-    trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=2, logger=False,
+    trainer = L.Trainer(accelerator="cpu", devices=2, strategy=strategy, max_epochs=2, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                         limit_val_batches=2, callbacks=[PrecisionTimeCallback(), Done()])
     trainer.fit(Tiny(), DataLoader(data, batch_size=16), DataLoader(data, batch_size=16))
@@ -53,4 +57,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1] if len(sys.argv) > 1 else "ddp")

@@ -193,6 +193,7 @@ def test_max_time_caps_a_longer_schedule():
     forecaster.fit_start(0.0)
     forecaster.train_start(0.0)
     assert forecaster.remaining_s(10.0) == pytest.approx(40.0 + 2.0)
+    assert forecaster.parts(10.0)["train"].left_count == 40  # the batches that fit, not the schedule's 1000
 
 
 def test_the_time_a_max_time_limit_leaves_is_split_among_the_parts_as_the_fit_spends_it():
@@ -586,3 +587,25 @@ def test_the_reports_predicted_parts_are_what_the_eta_counted_at_step_one():
     assert parts["sanity"].spent_s + parts["sanity"].left_s == pytest.approx(0.9)  # as planned at fit start
     ahead = sum(p.spent_s + p.left_s for k, p in parts.items() if k not in ("ptp", "startup", "sanity"))
     assert ahead + 1.5 == pytest.approx(forecaster.before_step_one_s)  # step one began at 1.5 s
+
+
+def test_a_schedule_continued_with_longer_epochs_counts_them_from_their_start():
+    # Epoch 0 runs its 10 batches; a reloaded loader makes epochs 1 and 2 30 batches long.
+    schedule = schedule_of(val_batches_per_run=0, val_check_batch=None, sanity_batches=0)
+    forecaster = RunForecaster(schedule, RunPlan(train_batch_s=1.0))
+    forecaster.fit_start(0.0)
+    forecaster.train_start(0.0)
+    forecaster.epoch_start(0.0)
+    t = run_batches(forecaster, 0.0, 10, 1.0)
+    forecaster.epoch_end(t)
+    forecaster.epoch_start(t)
+    rest = schedule_of(batches_per_epoch=30, val_batches_per_run=0, val_check_batch=None, sanity_batches=0,
+                       start=FitStart(position=10, step=10, epoch=1, epochs_counted=1))
+    forecaster.continue_with(rest, saves=(40, 70))
+    assert forecaster.parts(t)["train"].left_count == 60
+    assert forecaster.remaining_s(t) == pytest.approx(60 * 1.0)
+    with pytest.raises(ValueError, match="starts at batch 0"):
+        forecaster.continue_with(schedule, saves=())
+    t = run_batches(forecaster, t, 15, 1.0)
+    forecaster.fit_end(t)  # stopped 15 batches into epoch 1
+    assert forecaster.stopped_early == (25, 70)

@@ -409,9 +409,10 @@ def test_several_training_loaders_are_traced_with_one_batch_of_each():
     assert {8, 4} <= rows
 
 
-def test_ddp_with_two_processes_prints_on_rank_zero_only():
+@pytest.mark.parametrize("strategy", ["ddp", "ddp_spawn"])  # ddp_spawn pickles the callback into each process
+def test_ddp_with_two_processes_prints_on_rank_zero_only(strategy):
     script = os.path.join(os.path.dirname(__file__), "ddp_fit.py")
-    result = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=300,
+    result = subprocess.run([sys.executable, script, strategy], capture_output=True, text=True, timeout=300,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
@@ -419,6 +420,73 @@ def test_ddp_with_two_processes_prints_on_rank_zero_only():
     assert output.count("ptp: predicted fit") == 1
     assert output.count("ptp: fit took") == 1
     assert "world_size=2 ranks_done=2" in output
+
+
+def test_an_early_stop_is_reported_against_the_prediction_for_what_ran():
+    from lightning.pytorch.callbacks import EarlyStopping
+
+    callback = PrecisionTimeCallback()
+    # No val_loss improves on the first by 1e9: the fit stops at the second epoch's end, not the fifth.
+    stop = EarlyStopping(monitor="val_loss", patience=0, min_delta=1e9)
+    trainer([callback, stop], enable_progress_bar=False, max_epochs=5, val_check_interval=1.0).fit(Tiny(), *loaders())
+    per_epoch = 256 // 8
+    assert callback.forecaster.stopped_early == (2 * per_epoch, 5 * per_epoch)
+    assert f"fit stopped early after {2 * per_epoch} of {5 * per_epoch} training batches" in callback.summary
+    # Each counted part's prediction is for what ran: two epochs' batches of five.
+    train = re.search(r"train [^(]+\(predicted ([^)]+)\)", callback.summary).group(1)
+    whole = callback.forecaster.initial_parts["train"]
+    assert format_duration(whole.left_s * 2 / 5) == train
+
+
+class Growing(L.LightningDataModule):
+    """A train loader that reload_dataloaders_every_n_epochs makes three times longer after epoch 0."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.made = 0
+
+    def train_dataloader(self):
+        self.made += 1
+        return loaders(n=8 * (10 if self.made == 1 else 30))[0]
+
+    def val_dataloader(self):
+        return loaders(n=32)[1]
+
+
+def test_a_reloaded_train_loader_of_another_length_is_followed():
+    callback = PrecisionTimeCallback()
+    left = []
+
+    class Left(L.Callback):
+        def on_train_batch_end(self, trainer, *args):
+            left.append(callback.forecaster.parts(callback.clock())["train"].left_count)
+
+    trainer([callback, Left()], enable_progress_bar=False, max_epochs=2, val_check_interval=1.0,
+            reload_dataloaders_every_n_epochs=1).fit(Tiny(), datamodule=Growing())
+    assert len(left) == 10 + 30
+    assert left[9] == 10 and left[10] == 29  # epoch 0 planned 2 x 10; from epoch 1 on, its 30 batches
+    assert left[-1] == 0 and callback.forecaster.stopped_early is None
+    assert callback.summary.startswith("ptp: fit took")
+
+
+def test_a_fit_that_trains_nothing_warns_of_nothing():
+    callback = PrecisionTimeCallback()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer([callback], enable_progress_bar=False, limit_train_batches=0).fit(Tiny(), *loaders())
+    assert not [w for w in caught if issubclass(w.category, PtpWarning)]
+    assert callback.prediction is None and callback.summary.startswith("ptp: fit took")
+
+
+def test_a_used_callback_pickles_without_its_fit():
+    import pickle
+
+    callback = PrecisionTimeCallback(advise=False)
+    trainer([callback], enable_progress_bar=False).fit(Tiny(), *loaders())
+    copy = pickle.loads(pickle.dumps(callback))
+    assert copy.forecaster is None and copy.advise is False
+    trainer([copy], enable_progress_bar=False).fit(Tiny(), *loaders())  # and it runs a fit of its own
+    assert copy.summary.startswith("ptp: fit took")
 
 
 def test_logged_values_reach_the_trainers_logger(tmp_path):
