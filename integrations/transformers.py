@@ -91,7 +91,7 @@ def read_schedule(args: Any, state: Any, batches_per_epoch: int | None,
     ``gradient_accumulation_steps`` of them and on the epoch's last one, ``state.max_steps`` steps
     in all; a resume skips ``global_step`` steps (``_init_training_state``). ``DefaultFlowCallback``:
     evaluations and saves after steps that are multiples of ``eval_steps`` / ``save_steps`` (and
-    after the last step) or at each epoch's end.
+    after the last step) or at each epoch's end; ``eval_on_start``: one more before the first step.
     """
     accumulate = max(1, int(args.gradient_accumulation_steps))
     step = int(state.global_step)
@@ -106,10 +106,11 @@ def read_schedule(args: Any, state: Any, batches_per_epoch: int | None,
                           max_steps=int(state.max_steps), val_check_batch=None, check_val_every_n_epoch=1,
                           val_batches_per_run=0, start=start)
     evaluations = _positions(base, args.eval_strategy, state.eval_steps, delay=float(args.eval_delay or 0))
-    schedule = with_evaluations(base, evaluations, eval_batches)
     strategy = _strategy(args.save_strategy)
-    saves = evaluations if strategy == "best" else _positions(schedule, strategy, state.save_steps)
-    return schedule, saves
+    saves = evaluations if strategy == "best" else _positions(base, strategy, state.save_steps)
+    if getattr(args, "eval_on_start", False):  # ``_inner_training_loop`` evaluates before the first step (no save)
+        evaluations = (base.start_batch, *evaluations)
+    return with_evaluations(base, evaluations, eval_batches), saves
 
 
 def _strategy(value: Any) -> str:
@@ -235,6 +236,8 @@ class PrecisionTimeTrainerCallback(TrainerCallback, ExportableState):
             schedule, saves=saves, precision_label=spec.label, advise=self.advise, bar=False, main_process=main,
             advice_as_warning=True, warmup_batches=self.warmup_batches, refresh_s=self.refresh_s, clock=self.clock)
         tracker.device_note = self.note
+        if any(name.startswith("EarlyStopping") for name in getattr(state, "stateful_callbacks", None) or {}):
+            tracker.plan_note = "; EarlyStoppingCallback may end it sooner"  # the plan runs to the limits
         tracker.start(now)
         if self._restored:
             tracker.forecaster.load_state_dict(self._restored)

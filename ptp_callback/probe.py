@@ -41,7 +41,8 @@ class ProbeResult:
     """Measured rates of one device: ``gemm_tflops[dtype][size]``, copy GB/s (read + written),
     host seconds per small op issued from Python, and per op of a tiny forward+backward; on a CPU,
     ``element_s``: seconds per element of the ops it computes slower than it moves their bytes
-    (random numbers, transcendental functions; :func:`element_ops`), and ``fault_s_per_byte``
+    (random numbers, transcendental functions; :func:`element_ops`; ``"tanh:bf16"`` and the like for
+    :data:`HALF_ELEMENT_OPS` in bf16 and fp16), and ``fault_s_per_byte``
     what writing a freshly allocated large tensor costs per byte beyond writing one it holds (the
     operating system maps and zeroes its pages: :func:`_fault_seconds_per_byte`), and
     ``stream_copy_gbps`` the copy rate over more memory than its caches hold (:func:`_stream_copy_gbps`)."""
@@ -85,7 +86,8 @@ def _cache_path(device: torch.device) -> str:
     # v6: a CPU's pooling times, which older caches lack.
     # v7: GEMM rates with a transposed operand, and fallback kernels no longer read as scaling with
     # the threads.
-    key = hashlib.sha1(f"{_device_name(device)}|{torch.__version__}|v7".encode()).hexdigest()[:16]
+    # v8: a CPU's element rates in bf16 and fp16 (HALF_ELEMENT_OPS), which older caches lack.
+    key = hashlib.sha1(f"{_device_name(device)}|{torch.__version__}|v8".encode()).hexdigest()[:16]
     return os.path.join(cache_dir(), f"probe-{device.type}-{key}.json")
 
 
@@ -209,6 +211,9 @@ def _measure(device: torch.device) -> ProbeResult:
     if device.type == "cpu":
         n = _ELEMENTS
         element_s = {name: _timed(fn, device, 3) / n for name, fn in element_ops(n, device).items()}
+        for dtype, key in ((torch.bfloat16, "bf16"), (torch.float16, "fp16")):
+            ops = element_ops(n, device, dtype)
+            element_s.update({f"{name}:{key}": _timed(ops[name], device, 3) / n for name in HALF_ELEMENT_OPS})
         fault_s_per_byte = _fault_seconds_per_byte(device)
         stream_copy_gbps = _stream_copy_gbps(device)
     return ProbeResult(_device_name(device), torch.__version__, torch.get_num_threads(), gemm, copy_gbps,
@@ -268,9 +273,17 @@ ELEMENT_ALIASES: dict[str, str] = {
 }
 
 
-def element_ops(n: int, device: torch.device) -> dict[str, Callable[[], object]]:
+# The ops timed in bf16 and fp16 too: a CPU's kernels compute half-precision elements in fp32,
+# converting each one in and out, so even a product runs slower than its bytes move (a 2-thread
+# Xeon with AMX-BF16, 2026-11-27, over 64K elements: mul 0.12 ns an element in bf16, 0.08 in fp32;
+# tanh 0.77 against 0.17). "mul" stands for every half-precision elementwise op not listed.
+HALF_ELEMENT_OPS = ("mul", "exp", "tanh", "sigmoid", "erf", "gelu", "gelu_backward", "silu", "silu_backward",
+                    "_softmax", "_log_softmax", "_log_softmax_backward_data")
+
+
+def element_ops(n: int, device: torch.device, dtype: torch.dtype = torch.float32) -> dict[str, Callable[[], object]]:
     """The ops a CPU computes element by element slower than it moves their bytes, each over ``n``
-    fp32 elements (a multiple of 256, the softmax rows' length).
+    elements of ``dtype`` (a multiple of 256, the softmax rows' length).
 
     A CPU draws random numbers one by one (``bernoulli_``, behind dropout, took 11 ns an element on
     a 2-core EPYC, 80 times a copy's 0.13), evaluates transcendental functions in software
@@ -280,7 +293,7 @@ def element_ops(n: int, device: torch.device) -> dict[str, Callable[[], object]]
     at its memory bandwidth. Pools are timed over 2x2 windows; a time is per element of the op's
     largest tensor (:func:`kernels.element_seconds`)."""
     aten = torch.ops.aten
-    x = torch.randn(n, device=device)
+    x = torch.randn(n, device=device).to(dtype)
     grad, positive, out = torch.randn_like(x), x.abs() + 0.1, torch.empty_like(x)
     rows, grad_rows = x.view(-1, 256), grad.view(-1, 256)
     log_probs = torch.log_softmax(rows, -1)
@@ -312,7 +325,8 @@ def element_ops(n: int, device: torch.device) -> dict[str, Callable[[], object]]
         "mish": lambda: aten.mish(x),
         "_softmax": lambda: aten._softmax(rows, -1, False),
         "_log_softmax": lambda: aten._log_softmax(rows, -1, False),
-        "_log_softmax_backward_data": lambda: aten._log_softmax_backward_data(grad_rows, log_probs, -1, torch.float32),
+        "_log_softmax_backward_data": lambda: aten._log_softmax_backward_data(grad_rows, log_probs, -1, dtype),
+        **({} if dtype == torch.float32 else {"mul": lambda: torch.mul(x, grad, out=out)}),
     }
 
 
@@ -568,8 +582,9 @@ def cpu_coefficients(result: ProbeResult) -> CostCoefficients:
                "fresh_byte_s": result.fault_s_per_byte,
                "gemm_transposed_speedup": transposed_speedup(result),
                "cache_bw_gbs": max(result.cache_copy_gbps, result.copy_gbps), "reuse_bw_gbs": result.copy_gbps,
-               "element_s": {**{alias: result.element_s[name] for alias, name in ELEMENT_ALIASES.items()
-                                if name in result.element_s}, **result.element_s}},
+               "element_s": {**{alias + half: result.element_s[name + half] for alias, name in ELEMENT_ALIASES.items()
+                                for half in ("", ":bf16", ":fp16") if name + half in result.element_s},
+                             **result.element_s}},
     )
 
 

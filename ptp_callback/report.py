@@ -30,15 +30,16 @@ LABELS: dict[str, tuple[str, str]] = {
 }
 
 
-def _amount(kind: str, count: int | None) -> str:
-    unit = LABELS[kind][1]
+def _amount(kind: str, count: int | None, train_unit: str) -> str:
+    unit = train_unit if kind == "train" else LABELS[kind][1]
     return f" ({count} {unit})" if unit and count else ""
 
 
 def plan_line(parts: dict[str, Part], total_s: float | None, precision: str, device: str, *,
-              noun: str = "fit") -> str:
+              noun: str = "fit", train_unit: str = "batches") -> str:
     """``predicted fit 3m12s at bf16-mixed on <device>: train ..., validation ..., checkpoints ...``
-    (``noun``: what the loop calls a run: Lightning's "fit", a loop's "run")."""
+    (``noun``: what the loop calls a run: Lightning's "fit", a loop's "run"; ``train_unit``: what
+    it counts, "batches" or, for a loop that reports its optimizer steps, "steps")."""
     shown = []
     for kind, (label, _unit) in LABELS.items():
         part = parts.get(kind)
@@ -49,11 +50,12 @@ def plan_line(parts: dict[str, Part], total_s: float | None, precision: str, dev
         # unless they round to nothing.
         if seconds < 0.001 or (seconds < 0.05 and not (LABELS[kind][1] and part.left_count)):
             continue
-        shown.append(f"{label} {format_duration(seconds)}{_amount(kind, part.left_count)}")
+        shown.append(f"{label} {format_duration(seconds)}{_amount(kind, part.left_count, train_unit)}")
     if total_s is None:  # a train loader without len(): laid out once its first epoch has ended
         train = parts.get("train")
         if train is not None and train.unit_s:
-            shown.insert(0, f"train {format_duration(train.unit_s)} a batch")
+            one = {"batches": "batch", "steps": "step"}.get(train_unit, train_unit)
+            shown.insert(0, f"train {format_duration(train.unit_s)} a {one}")
         head = f"predicted {noun} of unknown length at {precision} on {device}"
     else:
         head = f"predicted {noun} {format_duration(total_s)} at {precision} on {device}"
@@ -61,18 +63,20 @@ def plan_line(parts: dict[str, Part], total_s: float | None, precision: str, dev
 
 
 def report_line(predicted: dict[str, Part], measured: dict[str, Part], actual_s: float,
-                before_step_one_s: float | None, *, noun: str = "fit",
-                stopped: tuple[int, int] | None = None) -> str:
+                before_step_one_s: float | None, *, noun: str = "fit", train_unit: str = "batches",
+                stopped: tuple[int, int] | None = None, stopped_by: str | None = None) -> str:
     """``fit took 3m20s, predicted before step one 3m12s (-4.0%): train 2m45s (predicted 2m40s), ...``.
 
-    ``stopped``: (batches run, batches scheduled) of a fit that ended early. Its prediction was for
-    the whole schedule; each counted part (batches, validation runs, epochs, saves) is then set
-    beside its prediction for the occurrences that ran, and so is the whole.
+    ``stopped``: (batches run, batches scheduled) of a fit that ended early (``stopped_by``: the
+    exception that ended it, if one did). Its prediction was for the whole schedule; each counted
+    part (batches, validation runs, epochs, saves) is then set beside its prediction for the
+    occurrences that ran, and so is the whole.
     """
     if stopped:
         predicted = {kind: _for_what_ran(part, measured.get(kind)) for kind, part in predicted.items()}
         ran, scheduled = stopped
-        head = f"{noun} stopped early after {ran} of {scheduled} training batches and took {format_duration(actual_s)}"
+        how = f"stopped by {stopped_by}" if stopped_by else "stopped early"
+        head = f"{noun} {how} after {ran} of {scheduled} training {train_unit} and took {format_duration(actual_s)}"
         if before_step_one_s is not None and actual_s > 0:
             those = sum(part.spent_s + part.left_s for part in predicted.values())
             head += f"; predicted before step one {format_duration(before_step_one_s)} for the whole schedule, " \

@@ -148,6 +148,8 @@ class RunTracker:
         self.inputs: TraceInputs | None = None
         self._extra_key = ""
         self.device_note: str | None = None
+        self.plan_note = ""  # what the plan line adds: "; EarlyStoppingCallback may end it sooner"
+        self._stopped_by: str | None = None  # the exception that left a ``with track(...)`` block
         self.eta_text = self.plan_text = self.summary = ""
         self.advice_text: str | None = None
         self.active = True
@@ -158,6 +160,7 @@ class RunTracker:
         self._batch_open = False
         self._in_epoch: int | None = None  # batches of the epoch iterate() is in (None: between epochs)
         self._epochs_done = 0
+        self._left_at: int | None = None  # batches of the last epoch when the loop left it early
         self._phase: str | None = None
         self._last_refresh = -math.inf
         self._warnings = OnceWarnings(main_process)
@@ -270,7 +273,7 @@ class RunTracker:
             self._write(self.device_note)
         if self.prediction is not None:
             self.plan_text = plan_line(forecaster.initial_parts, forecaster.predicted_total_s, self.precision_label,
-                                       self._device_name(), noun="run")
+                                       self._device_name(), noun="run", train_unit=self._unit_name()) + self.plan_note
             self._write(self.plan_text)
         if self.show_bar and self.main_process:
             from tqdm import tqdm
@@ -296,7 +299,7 @@ class RunTracker:
                 self.begin_training()
             self._check_length()
             self.forecaster.epoch_start(clock())
-            self._in_epoch = 0
+            self._in_epoch, self._left_at = 0, None
         except Exception as exc:  # noqa: BLE001
             self._fail("timing the epoch", exc)
         for batch in loader:
@@ -309,7 +312,7 @@ class RunTracker:
             try:
                 yield batch
             except GeneratorExit:  # the loop left early: this batch and the epoch end here
-                self._end_epoch()
+                self._end_epoch(left_early=True)
                 raise
             if self._batch_open and self.active:
                 self._batch_ended()
@@ -337,7 +340,7 @@ class RunTracker:
             self._bar.update(1)
         self.refresh(now)
 
-    def _end_epoch(self) -> None:
+    def _end_epoch(self, left_early: bool = False) -> None:
         if not self.active or self._in_epoch is None:
             return
         if self._batch_open:
@@ -345,6 +348,9 @@ class RunTracker:
         try:
             self.forecaster.epoch_end(self.clock())
             self._epochs_done += 1
+            # A state saved now resumes inside that epoch (a time budget or a signal left it), unless
+            # another epoch starts first.
+            self._left_at = self._in_epoch if left_early else None
             self._in_epoch = None
             total = self.forecaster.schedule.total_batches
             if self._bar is not None and self._bar.total != total:  # the epoch's length is known now
@@ -499,7 +505,8 @@ class RunTracker:
             actual = forecaster.elapsed_s(now)  # a resumed run's earlier time included, as in its predictions
             self.summary = report_line(forecaster.initial_parts, forecaster.parts(now), actual,
                                        forecaster.before_step_one_s if self.prediction is not None else None,
-                                       noun="run", stopped=forecaster.stopped_early)
+                                       noun="run", train_unit=self._unit_name(), stopped=forecaster.stopped_early,
+                                       stopped_by=self._stopped_by)
             self._write(self.summary)
             if self.advise is True or self.advise and self._advice_cost_s() < 0.01 * actual:
                 measured = forecaster.batches.mean_s()
@@ -512,16 +519,25 @@ class RunTracker:
     def __enter__(self) -> RunTracker:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        if exc_type is not None:
+            self._stopped_by = exc_type.__name__  # the report says what ended the run
         self.close()
+
+    def _unit_name(self) -> str:
+        """What the schedule counts: micro-batches, or the optimizer steps ``step()`` reports."""
+        return "steps" if self.unit == "step" else "batches"
 
     # ------------------------------------------------------------------------------------ resume
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run starts from: the measured unit costs, the time spent and where the loop is."""
         forecaster = self.forecaster
         running = 1 if self._batch_open and self.unit == "batch" else 0  # saved in its body: it will be done
+        epochs, in_epoch = self._epochs_done, (self._in_epoch or 0) + running
+        if self._left_at is not None:  # saved after leaving an epoch early: the rest of it is still to run
+            epochs, in_epoch = epochs - 1, self._left_at
         return {"forecaster": forecaster.state_dict(self.clock()), "position": forecaster.position + running,
-                "epochs_done": self._epochs_done, "batch_in_epoch": (self._in_epoch or 0) + running, "unit": self.unit}
+                "epochs_done": epochs, "batch_in_epoch": in_epoch, "unit": self.unit}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a saved run: its measurements, and -- before the first batch -- its position."""

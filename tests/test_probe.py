@@ -104,10 +104,32 @@ def test_a_cpu_draws_random_numbers_and_computes_transcendentals_slower_than_it_
         if result.element_s["bernoulli_"] > 4 * copy_s() and result.element_s["tanh"] > 2 * copy_s():
             break
         result = probe._best_of(result, probe._measure(torch.device("cpu")))
-    assert set(result.element_s) == set(probe.element_ops(256, torch.device("cpu")))
+    half = {f"{name}:{key}" for name in probe.HALF_ELEMENT_OPS for key in ("bf16", "fp16")}
+    assert set(result.element_s) == set(probe.element_ops(256, torch.device("cpu"))) | half
     assert result.element_s["bernoulli_"] > 4 * copy_s() and result.element_s["tanh"] > 2 * copy_s()
     extra = probe.cpu_coefficients(result).extra["element_s"]
     assert extra["rand"] == result.element_s["uniform_"] and extra["tanh_"] == result.element_s["tanh"]
+    assert extra["tanh_:bf16"] == result.element_s["tanh:bf16"]
+
+
+def test_a_cpu_prices_half_precision_elements_at_their_own_rate():
+    from ptp_callback.costs import OpCost
+    from ptp_callback.kernels import element_seconds
+    from ptp_callback.tracer import OpRecord
+
+    coef = probe.cpu_coefficients(probe.ProbeResult(
+        "cpu", torch.__version__, 2, {"fp32": {256: 0.1}}, 10.0, 1e-6, 2e-6, 0.0,
+        element_s={"tanh": 1e-10, "bernoulli_": 5e-9, "tanh:bf16": 8e-10, "mul:bf16": 1.2e-10}))
+
+    def seconds(name: str, dtype: str) -> float:
+        return element_seconds(OpRecord(name, "forward", "", OpCost("elementwise", 0.0, 1.0, 1, dtype),
+                                        in_shapes=((1000,),), out_shapes=((1000,),)), coef)
+
+    assert seconds("aten.tanh.default", "bf16") == pytest.approx(8e-7)  # its own half-precision rate
+    assert seconds("aten.tanh.default", "fp32") == pytest.approx(1e-7)
+    assert seconds("aten.bernoulli_.float", "bf16") == pytest.approx(5e-6)  # drawn one by one: its fp32 rate
+    assert seconds("aten.add.Tensor", "bf16") == pytest.approx(1.2e-7)  # a product's
+    assert seconds("aten.add.Tensor", "fp32") == 0.0  # bytes alone price fp32 arithmetic
 
 
 

@@ -188,6 +188,16 @@ def test_step_counts_optimizer_steps_when_the_loop_pulls_its_own_batches():
     assert tracker.forecaster.parts(clock.t)["train"].count == 8
 
 
+def test_a_loop_that_reports_steps_is_reported_in_steps():
+    clock = Clock()
+    tracker = virtual_tracker(clock, batches_per_epoch=12, accumulate=3, epochs=2, eval_every=None, save_every=None)
+    for _ in range(5):
+        clock.t += 3.0
+        tracker.step()
+    tracker.close()  # 5 of its 8 steps
+    assert tracker.summary.startswith("run stopped early after 5 of 8 training steps")
+
+
 def test_a_plain_loop_shows_the_eta_and_reports_its_parts(tmp_path, capfd):
     import plain_loop
 
@@ -345,6 +355,38 @@ def test_state_dict_resumes_position_and_calibration():
     # 6 batches left at the measured 1 s, nothing measured in this run yet
     assert second.remaining_s() == pytest.approx(6.0)
     assert second.forecaster.elapsed_before_s == pytest.approx(14.0)
+
+
+def test_a_state_saved_after_leaving_an_epoch_early_resumes_inside_it():
+    clock = Clock()
+    first = virtual_tracker(clock, eval_every=None, save_every=None)
+    for i, _ in enumerate(first.iterate(range(10))):
+        clock.t += 1.0
+        if i == 3:
+            break  # a time budget ran out: the loop leaves, then the checkpoint is written
+    state = first.state_dict()
+    assert (state["position"], state["epochs_done"], state["batch_in_epoch"]) == (4, 0, 4)
+    second = virtual_tracker(clock, eval_every=None, save_every=None)
+    second.load_state_dict(state)
+    schedule = second.forecaster.schedule
+    assert (schedule.start_batch, schedule.start_epoch, schedule.start_batch_in_epoch) == (4, 0, 4)
+    # Another epoch after the early exit counts the one left as done.
+    for _ in first.iterate(range(10)):
+        clock.t += 1.0
+    assert (first.state_dict()["epochs_done"], first.state_dict()["batch_in_epoch"]) == (2, 0)
+
+
+def test_an_exception_that_leaves_the_run_is_named_in_its_report_and_raised_unchanged():
+    clock = Clock()
+    error = RuntimeError("out of memory")
+    with pytest.raises(RuntimeError) as raised:
+        with virtual_tracker(clock, eval_every=None, save_every=None) as tracker:
+            for i, _ in enumerate(tracker.iterate(range(10))):
+                clock.t += 1.0
+                if i == 6:
+                    raise error
+    assert raised.value is error and raised.value.__context__ is None
+    assert tracker.summary.startswith("run stopped by RuntimeError after 7 of 20 training batches")
 
 
 def test_advice_as_a_warning():

@@ -73,6 +73,19 @@ def test_a_trainer_run_shows_the_eta_in_its_bar_and_logs_and_follows_its_schedul
     assert "(not predicted)" not in callback.tracker.summary
 
 
+def test_early_stopping_is_named_in_the_plan_and_its_stop_reported(tmp_path):
+    import hf_trainer
+    from transformers import EarlyStoppingCallback
+
+    # No eval_loss improves on the first by 1e9: the run stops at the second evaluation (step 4 of 8).
+    stop = EarlyStoppingCallback(early_stopping_patience=1, early_stopping_threshold=1e9)
+    _, callback = hf_trainer.main(str(tmp_path / "out"), samples=128, advise=False, callbacks=[stop], eval_steps=2,
+                                  save_steps=2, load_best_model_at_end=True, metric_for_best_model="eval_loss")
+    assert callback.tracker.plan_text.endswith("; EarlyStoppingCallback may end it sooner")
+    assert callback.tracker.forecaster.stopped_early == (8, 16)
+    assert callback.tracker.summary.startswith("run stopped early after 8 of 16 training batches")
+
+
 def test_resume_restores_the_calibration_and_starts_where_the_checkpoint_left(tmp_path):
     import hf_trainer
 
@@ -108,7 +121,8 @@ def test_precision_from_the_arguments_and_the_model(tmp_path):
      (8, 16, 24, 30), (10, 20, 30)),
     (dict(eval_strategy="steps", eval_steps=4, eval_delay=6, save_strategy="best"), (16, 24, 30), (16, 24, 30)),
     (dict(eval_strategy="no", save_strategy="no"), (), ()),
-], ids=["epoch", "steps", "delay-best", "none"])
+    (dict(eval_strategy="epoch", save_strategy="best", eval_on_start=True), (0, 10, 20, 30), (10, 20, 30)),
+], ids=["epoch", "steps", "delay-best", "none", "on-start"])
 def test_evaluations_and_saves_follow_the_default_flow_rules(tmp_path, settings, evaluations, saves):
     # 10 micro-batches an epoch, accumulate 2: 5 steps an epoch; 3 epochs = 15 steps
     args = arguments(tmp_path, gradient_accumulation_steps=2, **settings)
