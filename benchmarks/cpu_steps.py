@@ -2,7 +2,7 @@
 on models of several kinds (among them the models of ``lightning_eta.py``'s fits), and how fast
 their GEMMs run inside a step against the probe's rate.
 
-usage: python benchmarks/cpu_steps.py [--only a,b] [--steps N]
+usage: python benchmarks/cpu_steps.py [--only a,b] [--steps N] [--precision P]
 
 Each model runs in a fresh process with glibc's allocator in the state CPU predictions assume
 (``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_`` set: see the README's limits): its
@@ -11,6 +11,9 @@ timed over ``--steps`` steps after as many warm-up steps (the median). A profile
 more steps gives the GEMMs' own time (``aten::mm``, ``addmm``, ``bmm`` self time, with the
 profiler's overhead in it) beside what the cost model gives them. The probe is this machine's
 cached one. A shared machine is noisy: compare runs made within minutes of each other.
+
+``--precision`` (default ``32-true``): ``bf16-mixed`` runs the forward and loss under CPU autocast,
+``bf16-true`` casts the model and its float inputs to bf16.
 """
 
 from __future__ import annotations
@@ -64,14 +67,22 @@ else:
     model, batch = LSTMLM(), (torch.randint(0, 1000, (32, 65)),)
     loss_fn = lambda m, b: m._loss(b)
 
+precision = {precision!r}
+half = torch.bfloat16
+if precision == "bf16-true":
+    model = model.to(half)
+    batch = tuple(t.to(half) if t.is_floating_point() else t for t in batch)
+autocast = precision.endswith("-mixed")
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-prediction = ptp.predict_step(model, batch, loss_fn, optimizer, precision="32-true", device="cpu")
+prediction = ptp.predict_step(model, batch, loss_fn, optimizer, precision=precision, device="cpu")
 gemm_ops = ("mm", "addmm", "bmm")
 predicted_gemm = sum(s for op, s in zip(prediction.ops, prediction.kernel_s)
                      if op.name.split(".")[1] in gemm_ops)
 
 def step():
-    loss_fn(model, batch).backward()
+    with torch.autocast("cpu", dtype=half, enabled=autocast):
+        loss = loss_fn(model, batch)
+    loss.backward()
     optimizer.step()
     optimizer.zero_grad()
 
@@ -94,9 +105,9 @@ print(json.dumps({{"predicted": prediction.step_s, "measured": statistics.median
 """
 
 
-def run(name: str, steps: int) -> dict:
+def run(name: str, steps: int, precision: str = "32-true") -> dict:
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="33554432", MALLOC_TRIM_THRESHOLD_="67108864")
-    code = _CHILD.format(root=os.path.dirname(HERE), here=HERE, name=name, steps=steps)
+    code = _CHILD.format(root=os.path.dirname(HERE), here=HERE, name=name, steps=steps, precision=precision)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -105,17 +116,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="comma-separated model names")
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--precision", default="32-true", choices=("32-true", "bf16-mixed", "bf16-true"))
     args = parser.parse_args()
     names = [n for n in MODELS if not args.only or n in args.only.split(",")]
     import torch
 
-    print(f"CPU training steps against their prediction, {time.strftime('%Y-%m-%d')}, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads")
+    print(f"CPU training steps at {args.precision} against their prediction, {time.strftime('%Y-%m-%d')}, "
+          f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     print(f"{'model':16s} {'predicted':>10s} {'measured':>10s} {'error':>7s}   GEMMs: {'predicted':>10s} "
           f"{'profiled':>10s} {'ratio':>6s}")
     errors = []
     for name in names:
-        r = run(name, args.steps)
+        r = run(name, args.steps, args.precision)
         error = r["predicted"] / r["measured"] - 1.0
         errors.append(error)
         ratio = r["measured_gemm"] / r["predicted_gemm"] if r["predicted_gemm"] else float("nan")

@@ -578,13 +578,11 @@ def element_seconds(op: OpRecord, coef: CostCoefficients) -> float:
     parts = op.name.split(".")
     name = parts[1] if len(parts) > 1 else op.name
     rate = rates.get(name, 0.0)
-    if op.cost.dtype in ("bf16", "fp16") and f"mul:{op.cost.dtype}" in rates:
+    if op.cost.dtype in ("bf16", "fp16"):
         # A CPU computes half-precision elements in fp32 (:data:`probe.HALF_ELEMENT_OPS`): the op's own
-        # half-precision rate; else its fp32 one (random numbers are drawn one by one in any dtype);
-        # else, for an elementwise op, a product's.
+        # half-precision rate where the probe timed one, else its fp32 one (random numbers are drawn
+        # one by one in any dtype).
         rate = rates.get(f"{name}:{op.cost.dtype}") or rate
-        if not rate and op.cost.op_class == "elementwise":
-            rate = rates[f"mul:{op.cost.dtype}"]
     if not rate:
         return 0.0
     return rate * max((math.prod(shape) for shape in op.in_shapes + op.out_shapes), default=0)

@@ -276,7 +276,7 @@ ELEMENT_ALIASES: dict[str, str] = {
 # The ops timed in bf16 and fp16 too: a CPU's kernels compute half-precision elements in fp32,
 # converting each one in and out, so even a product runs slower than its bytes move (a 2-thread
 # Xeon with AMX-BF16, 2026-11-27, over 64K elements: mul 0.12 ns an element in bf16, 0.08 in fp32;
-# tanh 0.77 against 0.17). "mul" stands for every half-precision elementwise op not listed.
+# tanh 0.77 against 0.17).
 HALF_ELEMENT_OPS = ("mul", "exp", "tanh", "sigmoid", "erf", "gelu", "gelu_backward", "silu", "silu_backward",
                     "_softmax", "_log_softmax", "_log_softmax_backward_data")
 

@@ -128,8 +128,8 @@ def test_a_cpu_prices_half_precision_elements_at_their_own_rate():
     assert seconds("aten.tanh.default", "bf16") == pytest.approx(8e-7)  # its own half-precision rate
     assert seconds("aten.tanh.default", "fp32") == pytest.approx(1e-7)
     assert seconds("aten.bernoulli_.float", "bf16") == pytest.approx(5e-6)  # drawn one by one: its fp32 rate
-    assert seconds("aten.add.Tensor", "bf16") == pytest.approx(1.2e-7)  # a product's
-    assert seconds("aten.add.Tensor", "fp32") == 0.0  # bytes alone price fp32 arithmetic
+    assert seconds("aten.mul.Tensor", "bf16") == pytest.approx(1.2e-7)
+    assert seconds("aten.mul.Tensor", "fp32") == seconds("aten.add.Tensor", "bf16") == 0.0  # bytes alone price them
 
 
 
