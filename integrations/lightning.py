@@ -89,8 +89,9 @@ class PrecisionTimeCallback(Callback):
                 warn(note)
         if advise not in (True, False, "auto"):
             raise ValueError(f"PrecisionTimeCallback(advise={advise!r}): expected True, False or 'auto'")
-        if refresh_s < 0 or warmup_batches < 0:
-            raise ValueError("PrecisionTimeCallback: refresh_s and warmup_batches must be >= 0")
+        if not isinstance(refresh_s, (int, float)) or not isinstance(warmup_batches, int) or refresh_s < 0 \
+                or warmup_batches < 0:
+            raise ValueError("PrecisionTimeCallback: refresh_s (seconds) and warmup_batches (an integer) must be >= 0")
         self.device, self.advise, self.calibrate_ops = device, advise, calibrate_ops
         self.warmup_batches = warmup_batches
         self.corrections: dict[str, float] = {}

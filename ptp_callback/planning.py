@@ -104,10 +104,15 @@ def plan_rows(request: PlanRequest) -> PlanTable:
     prices: dict[str, float] = {}
     if isinstance(request.usd_per_gpu_hour, dict):
         for name, price in request.usd_per_gpu_hour.items():
-            prices[resolve_device_name(name)[0].key] = float(price)
+            key = resolve_device_name(name)[0].key
+            if key not in {spec.key for spec in devices}:
+                raise ValueError(f"--usd-per-gpu-hour {name}={price}: {key} is not among the devices predicted "
+                                 f"({', '.join(spec.key for spec in devices)}); add it to --device")
+            prices[key] = float(price)
     elif request.usd_per_gpu_hour is not None:
         prices = {spec.key: float(request.usd_per_gpu_hour) for spec in devices}
-    precisions = ALL_PRECISIONS if "all" in request.precisions else tuple(dict.fromkeys(request.precisions))
+    named = [label for label in request.precisions if label != "all"]
+    precisions = tuple(dict.fromkeys([*(ALL_PRECISIONS if "all" in request.precisions else ()), *named]))
     specs = {label: _precision_spec(label) for label in precisions}
     model, batch, description, step_fn = load_model(request.model, request.batch_size, request.seq_len)
     with _quiet_transformers():
@@ -185,7 +190,7 @@ def _check_request(request: PlanRequest) -> None:
         raise ValueError("give --steps or --epochs, not both")
     prices = request.usd_per_gpu_hour
     for price in (prices.values() if isinstance(prices, dict) else [] if prices is None else [prices]):
-        if price < 0:
+        if not math.isfinite(price) or price < 0:
             raise ValueError(f"--usd-per-gpu-hour {price}: expected a price >= 0")
 
 
@@ -255,8 +260,10 @@ def _from_factory(source: str, batch_size: int | None, seq_len: int | None) -> t
     except Exception as exc:  # noqa: BLE001 - the user's module: any failure is theirs to fix
         raise ValueError(f"{source!r}: cannot import {module_name} ({type(exc).__name__}: {exc})") from None
     factory = getattr(module, attr, None)
-    if not callable(factory):
+    if factory is None:
         raise ValueError(f"{source!r}: {module_name} has no function {attr!r}")
+    if not callable(factory):
+        raise ValueError(f"{source!r}: {attr!r} in {module_name} is not a function ({type(factory).__name__})")
     accepted = _parameters(factory)
     kwargs = {k: v for k, v in (("batch_size", batch_size), ("seq_len", seq_len)) if v is not None and k in accepted}
     try:

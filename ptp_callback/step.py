@@ -7,7 +7,9 @@ from typing import Any
 import torch
 
 from .coefficients import CostCoefficients, coefficients_for
-from .devices import DeviceSpec, get_device
+from .device_names import resolve_device_name
+from .devices import DeviceSpec, UnknownDeviceError, get_device
+from .notices import warn
 from .precision import PrecisionSpec, as_precision
 from .predict import StepPrediction, simulate
 from .probe import cpu_coefficients, cpu_spec, probe_device, refine_with_probe
@@ -60,7 +62,17 @@ def resolve_device(device: str | torch.device | DeviceSpec, *, probe: bool = Fal
     if as_device is not None and as_device.type == "cpu":
         result = probe_device(as_device)
         return cpu_spec(result), cpu_coefficients(result)
-    spec = get_device(device)
+    try:
+        spec = get_device(device)
+    except UnknownDeviceError as unknown:
+        # A name as the CLI and the callbacks take it ("h100", "A100 80GB"): one device, else the
+        # error that lists every known one and how to add one.
+        try:
+            spec, note = resolve_device_name(str(device))
+        except UnknownDeviceError:
+            raise unknown from None
+        if note:
+            warn(note)
     coef = coefficients_for(spec.arch)
     if probe and as_device is not None and as_device.type == "cuda" and torch.cuda.is_available():
         spec, coef = refine_with_probe(spec, coef, probe_device(as_device))

@@ -41,6 +41,8 @@ def test_predict_prints_one_row_per_precision_and_device(capsys):
     assert table[("16-mixed", "t4")][5] == "yes" and table[("bf16-mixed", "h100-sxm")][5] == "yes"
     assert all(r[4].startswith("$") for r in rows if r[5] == "yes")
     assert lines[-1].startswith("step: one optimizer step (AdamW)")
+    code, out, _ = run(capsys, "predict", "cli_models:mlp", "--precision", "all", "64-true")
+    assert code == 0 and len(out.splitlines()) - 4 == len(ALL_PRECISIONS) + 1  # all, and 64-true beside them
 
 
 def test_predict_json_numbers_add_up(capsys):
@@ -108,8 +110,13 @@ def test_predict_from_a_hugging_face_config(tmp_path, capsys):
     (["predict", "cli_models:mlp", "--gpus", "0"], "--gpus 0: expected 1 or more"),
     (["probe", "--device", "h100"], "--device h100: ptp probe measures this machine: give cpu or cuda[:N], not a "
                                     "GPU name; to see h100-sxm's numbers run `ptp devices h100-sxm`"),
+    (["predict", "cli_models:mlp", "--usd-per-gpu-hour", "a100=1.2"],
+     "a100-sxm-80gb is not among the devices predicted (h100-sxm); add it to --device"),
+    (["predict", "cli_models:mlp", "--usd-per-gpu-hour", "nan"], "--usd-per-gpu-hour nan: expected a price >= 0"),
+    (["predict", "cli_models:CLASSES"], "'CLASSES' in cli_models is not a function (int)"),
 ], ids=["unknown-device", "no-colon", "no-module", "no-function", "factory-raises", "missing-config", "frozen",
-        "no-batch", "seq-len", "precision", "epochs", "gpus", "probe-gpu-name"])
+        "no-batch", "seq-len", "precision", "epochs", "gpus", "probe-gpu-name", "price-of-another-device",
+        "price-nan", "not-a-function"])
 def test_bad_input_is_one_line_and_exit_status_2(capsys, argv, message):
     code, out, err = run(capsys, *argv)
     assert code == 2 and out == ""

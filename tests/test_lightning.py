@@ -478,6 +478,11 @@ def test_a_fit_that_trains_nothing_warns_of_nothing():
     assert callback.prediction is None and callback.summary.startswith("ptp: fit took")
 
 
+def test_settings_of_the_wrong_type_are_refused_when_the_callback_is_built():
+    with pytest.raises(ValueError, match="refresh_s \\(seconds\\) and warmup_batches \\(an integer\\) must be >= 0"):
+        PrecisionTimeCallback(refresh_s="1")
+
+
 def test_a_used_callback_pickles_without_its_fit():
     import pickle
 

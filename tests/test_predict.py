@@ -259,3 +259,13 @@ def test_bf16_on_an_h100_is_faster_than_fp32():
     bf16 = ptp.predict_step(mlp(4096), batch(4096), ce_step, precision="bf16-mixed", device="h100-sxm")
     fp32 = ptp.predict_step(mlp(4096), batch(4096), ce_step, precision="32-true", device="h100-sxm")
     assert bf16.step_s < fp32.step_s / 2 and not bf16.warnings
+
+
+def test_a_device_named_as_the_cli_names_it_is_found_with_a_note():
+    from ptp_callback.notices import PtpWarning
+
+    with pytest.warns(PtpWarning, match=r"h100 -> h100-sxm"):
+        short = ptp.predict_step(mlp(256), batch(64), ce_step, device="h100")
+    assert short.step_s == ptp.predict_step(mlp(256), batch(64), ce_step, device="h100-sxm").step_s
+    with pytest.raises(ptp.UnknownDeviceError, match="'h1000' is not a known GPU.*h100-sxm.*register_device"):
+        ptp.predict_step(mlp(256), batch(64), ce_step, device="h1000")
