@@ -42,6 +42,13 @@ class Done(L.Callback):
         if trainer.is_global_zero:
             print(f"world_size={trainer.world_size} ranks_done={int(done.item())}", flush=True)
 
+    def teardown(self, trainer, pl_module, stage):
+        # Lightning's last hook on every rank. Lightning leaves the gloo group up; torn down at
+        # interpreter exit instead, its threads aborted a rank once in about ten runs ("terminate
+        # called without an active exception"), and ddp_spawn's ranks exit without returning here.
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
 
 def main(strategy: str) -> None:
     torch.manual_seed(0)
@@ -50,9 +57,7 @@ def main(strategy: str) -> None:
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                         limit_val_batches=2, callbacks=[PrecisionTimeCallback(), Done()])
     trainer.fit(Tiny(), DataLoader(data, batch_size=16), DataLoader(data, batch_size=16))
-    if dist.is_initialized():
-        # Lightning leaves the gloo group up; torn down at interpreter exit instead, its threads
-        # aborted a rank once in about ten runs ("terminate called without an active exception").
+    if dist.is_initialized():  # Done.teardown destroyed it unless the fit failed
         dist.destroy_process_group()
 
 
