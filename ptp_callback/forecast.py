@@ -50,6 +50,7 @@ from typing import Any
 
 from .run_plan import RunPlan
 from .schedule import FitSchedule
+from .time_limit import Ahead, time_to_stop
 
 __all__ = ["KINDS", "Part", "RunForecaster", "RunPlan"]
 
@@ -235,6 +236,7 @@ class RunForecaster:
         self._prior: dict[str, float] = {}  # unit costs measured by an earlier run (resume)
         self._own_pending = 0.0  # the callback's own seconds inside the interval now running
         self._limit_used_s = 0.0  # of max_time, used by earlier runs (resume)
+        self._time_stop_at: int | None = None  # the position at whose batch's end max_time ran out
 
     # ------------------------------------------------------------------------------ set-up
     def set_plan(self, plan: RunPlan | None, now: float | None = None) -> None:
@@ -313,6 +315,10 @@ class RunForecaster:
         self.batches.add(meter.current)
         meter.close()
         self.position += 1
+        s = self.schedule
+        if s.max_time_s is not None and self.train_t0 is not None and self._time_stop_at is None \
+                and t - self.train_t0 + self._limit_used_s >= s.max_time_s - 1e-9:
+            self._time_stop_at = self.position  # Lightning's Timer stops the fit at this batch's end
 
     def _pays_for_a_val_run(self) -> bool:
         """Whether the batch ending now is the first after a validation run inside an epoch, in a
@@ -471,6 +477,9 @@ class RunForecaster:
         if kind == "train":
             total = self.schedule.total_batches
             horizon = max(self.min_window, total - self.position) if total is not None else None
+            within = self._batches_within_time_limit()
+            if within is not None:
+                horizon = max(self.min_window, min(horizon or within, within))
             if horizon is not None:
                 accumulate = max(1, self.schedule.accumulate)
                 horizon = -(-horizon // accumulate) * accumulate  # whole accumulation cycles
@@ -499,6 +508,18 @@ class RunForecaster:
         if kind in self._prior:
             return self._prior[kind], True
         return self._planned(kind, False), False
+
+    def _batches_within_time_limit(self) -> int | None:
+        """About how many batches a ``max_time`` limit leaves at the speed measured so far (the
+        batch time then averages over as many of the latest; ``None``: no limit, or nothing measured)."""
+        s = self.schedule
+        if s.max_time_s is None or self.train_t0 is None or self._t is None:
+            return None
+        mean = self.batches.mean_s()
+        if not mean:
+            return None
+        left = s.max_time_s - self._limit_used_s - (self._t - self.train_t0)
+        return max(0, int(left / mean))
 
     def _planned(self, kind: str, first: bool) -> float:
         """The plan's cost of the first or a later occurrence of ``kind`` (0 without a plan)."""
@@ -620,9 +641,8 @@ class RunForecaster:
         left: dict[str, float] = dict.fromkeys(KINDS, 0.0)
         next_left: dict[str, float] = {}  # what the next (or running) occurrence of a kind has left
         for kind in ("train", "val", "epoch", "save", "end", "sanity"):
-            count = counts[kind]
             unit, _measured = self._unit(kind)
-            if count is None or unit is None or count <= 0:
+            if unit is None:
                 continue
             first = self._first_unit(kind, unit)
             # What the next occurrence has taken already: the time since the last event if it is
@@ -632,6 +652,9 @@ class RunForecaster:
             if kind == "val" and self._val_ended_at == self.position:
                 spent = 0.0  # the run is over: its last seconds are not the next run's
             next_left[kind] = _left_of_occurrence(first, spent)
+            count = counts[kind]
+            if count is None or count <= 0:
+                continue
             left[kind] = next_left[kind] + (count - 1) * unit
             if kind == "train" and first > unit:  # show the first batches' warm-up apart
                 extra = min(left[kind], max(0.0, first - max(spent, unit)))
@@ -651,22 +674,24 @@ class RunForecaster:
             self._cap_by_max_time(left, now, counts, next_left)
         return left
 
-    def _validates_at_a_stop(self) -> bool:
-        """Whether a stop in the current epoch runs a validation first: Lightning validates when
-        ``should_stop`` is set (``max_time``, early stopping) in an epoch that validates."""
+    def _validates_at_a_stop(self, position: int | None = None) -> bool:
+        """Whether a stop after the batch that brings the fit to ``position`` (now: the current
+        one) runs a validation first: Lightning validates when ``should_stop`` is set (``max_time``,
+        early stopping) in an epoch that validates."""
         s = self.schedule
         if not s.val_batches_per_run:
             return False
         every = s.check_val_every_n_epoch
         if every is None or every <= 1:
             return True
-        return bool(s.batches_per_epoch) and (s.epoch_of_batch(self.position) + 1) % every == 0
+        position = self.position if position is None else position
+        return bool(s.batches_per_epoch) and (s.epoch_of_batch(position) + 1) % every == 0
 
     def _cap_by_max_time(self, left: dict[str, float], now: float, counts: dict[str, float | None],
                          next_left: dict[str, float]) -> None:
-        """``max_time`` stops training once that much time has passed since training started:
-        the training phase left is at most what the limit leaves, then the validation the stop
-        runs, a save and the end."""
+        """``max_time`` stops training at the first training batch that ends once that much time
+        has passed since training started (:mod:`~ptp_callback.time_limit`): the work up to that
+        batch, then the validation the stop runs, a save and the end."""
         s = self.schedule
         assert s.max_time_s is not None
         started = self.train_t0 if self.train_t0 is not None else now
@@ -676,7 +701,90 @@ class RunForecaster:
         scheduled = sum(left[k] for k in phase) if bounded else math.inf
         if scheduled <= limit_left:
             return
-        final_save = (self._unit("save")[0] or 0.0) if (self.saves or self.meters["save"].done) else 0.0
+        ahead = self._ahead(next_left)
+        if ahead is not None and self._time_stop_at is not None:
+            self._left_after_stop(left, ahead, self._time_stop_at, next_left)
+            return
+        stops = time_to_stop(ahead, limit_left) if ahead is not None else None
+        if stops is None:
+            self._spread_limit(left, limit_left, bounded, next_left)
+            return
+        # Each spread limit's outcome: the seconds per kind up to its stop, and what the stop runs.
+        outcomes = []
+        for limit, seconds, stop in stops:
+            after = dict.fromkeys(("val", "save"), 0.0)
+            if stop is None:  # the schedule ends before this limit
+                seconds = {kind: left[kind] for kind in ("train", "val", "epoch", "save")}
+                seconds["train"] += left["warmup"]
+            else:
+                at_stop = ahead.work_at(stop)
+                if at_stop["val"] or self._validates_at_a_stop(stop):
+                    after["val"] = ahead.unit["val"]
+                after["save"] = ahead.unit["save"] * (at_stop["save"] or self._saves_at_a_stop())
+            outcomes.append((sum(seconds.values()) + sum(after.values()) - limit, limit, seconds, after))
+        # The median outcome by how far past its limit it runs: most limits run out inside a stretch of
+        # batches, and a stop across an epoch boundary counts only where most of the spread puts it.
+        # Its mix of work up to the stop is brought from its limit to the one left.
+        _past, limit, seconds, after = sorted(outcomes, key=lambda o: o[0])[len(outcomes) // 2]
+        scale = limit_left / limit if limit > 0 else 1.0
+        for kind in ("train", "val", "epoch", "save"):
+            left[kind] = seconds[kind] * scale + after.get(kind, 0.0)
+        left["warmup"] = min(left["warmup"], left["train"])
+        left["train"] -= left["warmup"]
+
+    def _ahead(self, next_left: dict[str, float]) -> Ahead | None:
+        """The work ahead as the time-limit walk reads it: this schedule's positions, or for a fit
+        that only the limit ends, those of :attr:`cycle` repeating."""
+        s = self.schedule
+        vals, saves, epochs = s.val_after_batches, self.saves, s.epoch_starts
+        period, base = None, 0
+        if s.total_batches is None and self.cycle is not None and self.cycle[0].total_batches:
+            cycle, saves = self.cycle
+            vals, epochs, saves = cycle.val_after_batches, cycle.epoch_starts, tuple(sorted(saves))
+            whole = [e for e in epochs if e > cycle.start_batch or cycle.start_batch_in_epoch == 0]
+            if whole and cycle.total_batches > whole[0]:
+                base, period = whole[0], cycle.total_batches - whole[0]
+        unit = {kind: self._unit(kind)[0] or 0.0 for kind in ("train", "val", "epoch", "save")}
+        if unit["train"] <= 0:
+            return None
+        p = self.position
+        ahead = Ahead(p, s.total_batches, vals, saves, epochs, {}, {}, unit, period, base)
+        listed = ahead.work_at(p)
+        closed_pos, closed = self._saves_closed
+        here = {
+            "val": int(self._val_open and self._last != "val_end" or (listed["val"] > 0 and self._val_ended_at != p)),
+            "save": max(int(self._save_open), listed["save"] - (closed if closed_pos == p else 0)),
+            "epoch": int(self._epoch_open_at is not None or (listed["epoch"] > 0 and self._epoch_closed_at != p)),
+        }
+        return replace(ahead, here=here, first=dict(next_left))
+
+    def _left_after_stop(self, left: dict[str, float], ahead: Ahead, stop: int, next_left: dict[str, float]) -> None:
+        """The limit ran out at the end of the batch that brought the fit to ``stop``: what is left
+        is the validation that stop runs and its saves (those not yet done), then the end."""
+        for kind in ("train", "warmup", "epoch"):
+            left[kind] = 0.0
+        at_stop = ahead.work_at(stop)
+        running = self._val_open and self._last != "val_end"
+        validates = at_stop["val"] > 0 or self._validates_at_a_stop(stop)
+        left["val"] = next_left.get("val", 0.0) if running or (validates and self._val_ended_at != stop) else 0.0
+        closed_pos, closed = self._saves_closed
+        saves = max(0, (at_stop["save"] or self._saves_at_a_stop()) - (closed if closed_pos == stop else 0))
+        if self._save_open:
+            left["save"] = next_left.get("save", 0.0) + max(0, saves - 1) * ahead.unit["save"]
+        else:
+            left["save"] = saves * ahead.unit["save"]
+
+    def _saves_at_a_stop(self) -> int:
+        """Saves a stop between the scheduled ones makes (the epoch's end saves): one, in a fit that saves."""
+        cycle_saves = self.cycle[1] if self.cycle is not None else ()
+        return 1 if (self.saves or cycle_saves or self.meters["save"].done) else 0
+
+    def _spread_limit(self, left: dict[str, float], limit_left: float, bounded: bool,
+                      next_left: dict[str, float]) -> None:
+        """A stop too far ahead to walk to: the time the limit leaves is split among the kinds of
+        work by their shares, then the validation the stop runs and a save."""
+        phase = ("train", "warmup", "val", "epoch", "save")
+        final_save = (self._unit("save")[0] or 0.0) * self._saves_at_a_stop()
         stop_val = 0.0
         if self._validates_at_a_stop():
             stop_val = next_left.get("val", self._unit("val")[0] or 0.0)
