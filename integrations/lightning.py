@@ -131,7 +131,7 @@ class PrecisionTimeCallback(Callback):
                                             warmup_batches=self.warmup_batches,
                                             relayout=lambda n: with_epoch_length(trainer, schedule, n),
                                             cycle=time_limit_cycle(trainer, schedule))
-            self.forecaster.fit_start(started)
+            self.forecaster.fit_start(started, limit_used_s=time_limit_used(trainer))
             if self._restored is not None:
                 self.forecaster.load_state_dict(self._restored)
         self._active = trainer.is_global_zero and self.forecaster is not None

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .run_plan import RunPlan
-from .schedule import FitSchedule
+from .schedule import EPOCH_END, FitSchedule, steps_at
 from .time_limit import Ahead, time_to_stop
 
 __all__ = ["KINDS", "Part", "RunForecaster", "RunPlan"]
@@ -247,9 +247,12 @@ class RunForecaster:
             self.initial_parts = self.parts(now)
 
     # ------------------------------------------------------------------------------ events
-    def fit_start(self, t: float) -> None:
+    def fit_start(self, t: float, *, limit_used_s: float = 0.0) -> None:
+        """The fit begins; ``limit_used_s``: of a ``max_time`` limit, what earlier runs of a
+        resumed fit used (known before the plan is made, so that it counts only what is left)."""
         self.t0 = self._t = t
         self._last = "fit_start"
+        self._limit_used_s = limit_used_s
 
     def own_work(self, seconds: float) -> None:
         """The callback spent ``seconds`` of its own since the last event (trace, probes, advice):
@@ -717,10 +720,9 @@ class RunForecaster:
                 seconds = {kind: left[kind] for kind in ("train", "val", "epoch", "save")}
                 seconds["train"] += left["warmup"]
             else:
-                at_stop = ahead.work_at(stop)
-                if at_stop["val"] or self._validates_at_a_stop(stop):
-                    after["val"] = ahead.unit["val"]
-                after["save"] = ahead.unit["save"] * (at_stop["save"] or self._saves_at_a_stop())
+                validates = ahead.work_at(stop)["val"] > 0 or self._validates_at_a_stop(stop)
+                after["val"] = ahead.unit["val"] if validates else 0.0
+                after["save"] = ahead.unit["save"] * self._saves_at_a_stop(ahead, stop, validates)
             outcomes.append((sum(seconds.values()) + sum(after.values()) - limit, limit, seconds, after))
         # The median outcome by how far past its limit it runs: most limits run out inside a stretch of
         # batches, and a stop across an epoch boundary counts only where most of the spread puts it.
@@ -763,28 +765,56 @@ class RunForecaster:
         is the validation that stop runs and its saves (those not yet done), then the end."""
         for kind in ("train", "warmup", "epoch"):
             left[kind] = 0.0
-        at_stop = ahead.work_at(stop)
         running = self._val_open and self._last != "val_end"
-        validates = at_stop["val"] > 0 or self._validates_at_a_stop(stop)
+        validates = ahead.work_at(stop)["val"] > 0 or self._validates_at_a_stop(stop)
         left["val"] = next_left.get("val", 0.0) if running or (validates and self._val_ended_at != stop) else 0.0
         closed_pos, closed = self._saves_closed
-        saves = max(0, (at_stop["save"] or self._saves_at_a_stop()) - (closed if closed_pos == stop else 0))
+        saves = max(0, self._saves_at_a_stop(ahead, stop, validates) - (closed if closed_pos == stop else 0))
         if self._save_open:
             left["save"] = next_left.get("save", 0.0) + max(0, saves - 1) * ahead.unit["save"]
         else:
             left["save"] = saves * ahead.unit["save"]
 
-    def _saves_at_a_stop(self) -> int:
-        """Saves a stop between the scheduled ones makes (the epoch's end saves): one, in a fit that saves."""
+    def _saves_at_a_stop(self, ahead: Ahead | None = None, stop: int | None = None, validates: bool = True) -> int:
+        """The saves a stop after the batch that brings the fit to ``stop`` makes: those scheduled
+        there, else one at the stopped epoch's end in a fit that saves -- but none where the fit
+        saves after its validation runs (``ModelCheckpoint`` does with ``check_val_every_n_epoch``
+        other than 1 or validation more than once an epoch) and the stop runs none, and none when
+        no optimizer step was taken since the last save (it skips a save at the same global step)."""
         cycle_saves = self.cycle[1] if self.cycle is not None else ()
-        return 1 if (self.saves or cycle_saves or self.meters["save"].done) else 0
+        if not (self.saves or cycle_saves or self.meters["save"].done):
+            return 0
+        if ahead is None or stop is None:
+            return 1
+        listed = ahead.work_at(stop)["save"]
+        if listed:
+            return listed
+        s = self.schedule
+        after_validation = bool(s.val_batches_per_run) and (
+            s.check_val_every_n_epoch != 1
+            or (bool(s.batches_per_epoch) and s.val_check_batch != EPOCH_END and s.val_check_batch < s.batches_per_epoch))
+        if after_validation and not validates:
+            return 0
+        last = ahead.previous_save(stop)
+        if self.meters["save"].done and self._saves_closed[0] <= stop:
+            last = max(last if last is not None and last <= stop else -1, self._saves_closed[0])
+        if last is not None and last >= 0 and self._steps_at(stop) == self._steps_at(last):
+            return 0
+        return 1
+
+    def _steps_at(self, position: int) -> int:
+        s = self.schedule
+        if s.accumulate <= 1:
+            return position
+        return steps_at(max(position, s.start_batch), batches_per_epoch=s.batches_per_epoch, accumulate=s.accumulate,
+                        start=s.start, step_on_epoch_end=s.step_on_epoch_end)
 
     def _spread_limit(self, left: dict[str, float], limit_left: float, bounded: bool,
                       next_left: dict[str, float]) -> None:
         """A stop too far ahead to walk to: the time the limit leaves is split among the kinds of
         work by their shares, then the validation the stop runs and a save."""
         phase = ("train", "warmup", "val", "epoch", "save")
-        final_save = (self._unit("save")[0] or 0.0) * self._saves_at_a_stop()
+        final_save = (self._unit("save")[0] or 0.0) * self._saves_at_a_stop()  # the stop's place is unknown
         stop_val = 0.0
         if self._validates_at_a_stop():
             stop_val = next_left.get("val", self._unit("val")[0] or 0.0)

@@ -108,6 +108,21 @@ class Ahead:
         positions = self._positions(kind)
         return bisect.bisect_right(positions, q) - bisect.bisect_left(positions, q)
 
+    def previous_save(self, q: int) -> int | None:
+        """The last position at or before ``q`` after which a save is laid out (``None``: none)."""
+        end = self.period_base + (self.period or 0)
+        if not self.period or q <= end:
+            i = bisect.bisect_right(self.saves, q)
+            return self.saves[i - 1] if i else None
+        offsets = self._offsets["save"]
+        if not offsets:
+            return None
+        cycles, r = divmod(q - self.period_base - 1, self.period)
+        i = bisect.bisect_right(offsets, r + 1)
+        if i:
+            return self.period_base + cycles * self.period + offsets[i - 1]
+        return self.period_base + (cycles - 1) * self.period + offsets[-1]
+
     def work_at(self, q: int) -> dict[str, int]:
         """The occurrences of other work at position ``q``, before the batch after it."""
         return {kind: self._count(kind, q) for kind in ("val", "save", "epoch")}

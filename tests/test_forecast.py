@@ -135,8 +135,9 @@ def test_max_time_alone_gives_an_eta():
     forecaster.epoch_start(5.0)
     assert forecaster.remaining_s(35.0) == pytest.approx(70.0 + 0.5 + 2.0, abs=0.1)  # the limit counts from train start
     resumed = RunForecaster(schedule, RunPlan(train_batch_s=1.0, end_s=2.0))
-    resumed.fit_start(0.0)
-    resumed.train_start(1.0, limit_used_s=60.0)  # a resumed fit: its Timer had used 60 s already
+    resumed.fit_start(0.0, limit_used_s=60.0)  # a resumed fit: its Timer had used 60 s already
+    assert resumed.remaining_s(0.0) == pytest.approx(40.0 + 0.5 + 2.0, abs=0.1)  # known before training starts
+    resumed.train_start(1.0, limit_used_s=60.0)
     assert resumed.remaining_s(11.0) == pytest.approx(30.0 + 0.5 + 2.0, abs=0.1)
 
 
@@ -185,6 +186,37 @@ def test_a_max_time_stop_validates_only_in_an_epoch_that_validates():
     in_epoch_1.epoch_start(5.0)
     run_batches(in_epoch_1, 5.0, 10, 0.5)  # 20 batches: epoch 1's last, at the limit
     assert in_epoch_1.remaining_s(10.0) == pytest.approx(1.0 + 4 * 0.5 + 0.5)  # a validation run, then the end
+
+
+def test_a_max_time_stop_saves_only_where_lightning_would():
+    # ModelCheckpoint saves after validation runs when check_val_every_n_epoch is not 1: a stop in
+    # an epoch that does not validate saves nothing. And it skips a save at the global step it saved
+    # last: a stop after the first batch of an epoch, before an accumulated step, saves nothing more.
+    every2 = build_schedule(batches_per_epoch=10, max_epochs=None, max_steps=None, val_check_batch=10,
+                            check_val_every_n_epoch=2, val_batches_per_run=4, max_time_s=10.0)
+    cycle = every2.with_epochs(12)
+    cycle_saves = save_positions(cycle, CheckpointSettings(on_epoch_end=False))
+    assert cycle_saves[:2] == (20, 40)
+    plan = RunPlan(train_batch_s=1.0, val_batch_s=0.5, val_run_s=1.0, save_s=3.0, end_s=0.5)
+    forecaster = RunForecaster(every2, plan, saves=(), cycle=(cycle, cycle_saves))
+    forecaster.fit_start(0.0)
+    forecaster.train_start(0.0)
+    forecaster.epoch_start(0.0)
+    run_batches(forecaster, 0.0, 10, 1.0)  # the limit runs out at epoch 0's last batch: no validation, no save
+    assert forecaster.remaining_s(10.0) == pytest.approx(0.5)
+
+    accumulated = build_schedule(batches_per_epoch=10, accumulate=3, max_epochs=None, max_steps=None,
+                                 val_check_batch=10, check_val_every_n_epoch=1, val_batches_per_run=4,
+                                 max_time_s=12.0)
+    cycle = accumulated.with_epochs(12)
+    forecaster = RunForecaster(accumulated, plan, saves=(), cycle=(cycle, save_positions(cycle, CheckpointSettings())))
+    forecaster.fit_start(0.0)
+    forecaster.train_start(0.0)
+    forecaster.epoch_start(0.0)
+    t = run_epoch(forecaster, 0.0, 10, epoch_s=0.0, val_s=1.0, save_s=0.5)  # 11.5 s: the limit runs out next batch
+    forecaster.epoch_start(t)
+    run_batches(forecaster, t, 1, 1.0)  # epoch 1's first batch: no optimizer step since the save at batch 10
+    assert forecaster.remaining_s(t + 1.0) == pytest.approx(1.0 + 0.5)  # a validation run (1 s measured), the end
 
 
 def test_max_time_caps_a_longer_schedule():

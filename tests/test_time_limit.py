@@ -53,6 +53,7 @@ def test_a_cycle_of_epochs_repeats_for_a_fit_that_only_the_limit_ends():
                     period_base=10)
     assert [resumed.next_event(p) for p in (5, 10, 30, 31)] == [10, 20, 40, 40]
     assert resumed.work_at(50) == {"val": 1, "save": 1, "epoch": 1}
+    assert [resumed.previous_save(q) for q in (9, 10, 29, 30, 31, 55)] == [None, 10, 20, 30, 30, 50]
     # 10 batches and 5.5 s between epochs: a limit at 100 s runs out in the sixth epoch's batches
     # (the fit starts after the partial epoch's 5 batches: 5 s, then 5.5 s at its end)
     stops = time_to_stop(resumed, 89.5)
