@@ -644,6 +644,9 @@ class RunForecaster:
         left: dict[str, float] = dict.fromkeys(KINDS, 0.0)
         next_left: dict[str, float] = {}  # what the next (or running) occurrence of a kind has left
         for kind in ("train", "val", "epoch", "save", "end", "sanity"):
+            count = counts[kind]
+            if (count is None or count <= 0) and s.max_time_s is None:
+                continue  # (a time limit's walk prices the next occurrence of every kind)
             unit, _measured = self._unit(kind)
             if unit is None:
                 continue
@@ -655,7 +658,6 @@ class RunForecaster:
             if kind == "val" and self._val_ended_at == self.position:
                 spent = 0.0  # the run is over: its last seconds are not the next run's
             next_left[kind] = _left_of_occurrence(first, spent)
-            count = counts[kind]
             if count is None or count <= 0:
                 continue
             left[kind] = next_left[kind] + (count - 1) * unit
