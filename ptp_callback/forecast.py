@@ -454,7 +454,7 @@ class RunForecaster:
             measured = min(b - a for a, b in zip(ends, ends[1:]))  # the first batch pays the loader's start
             extra = max(-plan.loop_s, measured - plan.val_batch_s)  # measured loop work replaces the estimate
             plan = replace(plan, train_batch_s=plan.train_batch_s + extra, val_batch_s=measured)
-        if plan.sanity_calibrates and self._sanity_batches:
+        if plan.sanity_calibrates and self._sanity_batches and not plan.val_workers_persist:
             plan = self._val_run_from_sanity(plan, sanity_s, self._sanity_batches)
         if plan.warmup_per_sanity_excess and plan.sanity_s:
             excess = max(0.0, sanity_s - (plan.sanity_s - plan.sanity_warmup_s))

@@ -538,6 +538,9 @@ def test_the_sanity_checks_fixed_part_replaces_a_validation_runs_predicted_one_o
     # On a GPU the sanity check's excess is the kernels' first use: the run's fixed part stays predicted.
     gpu = after_sanity(replace(plan, sanity_calibrates=False), (0.6, 0.8, 1.2, 1.4))
     assert gpu.plan.val_run_s == pytest.approx(0.1)
+    # Persistent workers: the sanity check's excess is their start, which no later run pays again.
+    persistent = after_sanity(replace(plan, val_run_s=0.0, val_workers_persist=True), (0.6, 0.8, 1.2, 1.4))
+    assert persistent.plan.val_run_s == 0.0
 
 
 def test_a_long_sanity_checks_fixed_part_counts_every_batch():
