@@ -48,8 +48,8 @@ from ptp_callback.run_prediction import RunPrediction, advice_cost_s, precision_
 
 from .lightning_module import (add_bar_metric, compiled, log_eta_metrics, precision_spec, predict_fit,
                                predicts_the_run_device, quiet_logging, step_code_key, traced_step)
-from .lightning_schedule import (read_checkpoints, read_schedule, rest_of_fit, time_limit_cycle, time_limit_used,
-                                 with_epoch_length)
+from .lightning_schedule import (read_checkpoints, read_schedule, rest_of_fit, time_limit_at_epoch_ends,
+                                 time_limit_cycle, time_limit_used, with_epoch_length)
 
 log = logging.getLogger("lightning.pytorch.ptp_callback")  # printed and configured like Lightning's own lines
 
@@ -130,7 +130,8 @@ class PrecisionTimeCallback(Callback):
             self.forecaster = RunForecaster(schedule, saves=saves, save_every_s=every_s,
                                             warmup_batches=self.warmup_batches,
                                             relayout=lambda n: with_epoch_length(trainer, schedule, n),
-                                            cycle=time_limit_cycle(trainer, schedule))
+                                            cycle=time_limit_cycle(trainer, schedule),
+                                            time_limit_at_epoch_ends=time_limit_at_epoch_ends(trainer))
             self.forecaster.fit_start(started, limit_used_s=time_limit_used(trainer))
             if self._restored is not None:
                 self.forecaster.load_state_dict(self._restored)

@@ -66,8 +66,8 @@ from ptp_callback.checkpoints import CheckpointSettings, save_positions
 from ptp_callback.run_prediction import CheckpointFacts
 from ptp_callback.schedule import EPOCH_END, FitSchedule, FitStart, build_schedule
 
-__all__ = ["read_checkpoints", "read_schedule", "rest_of_fit", "time_limit_cycle", "time_limit_used",
-           "with_epoch_length"]
+__all__ = ["read_checkpoints", "read_schedule", "rest_of_fit", "time_limit_at_epoch_ends", "time_limit_cycle",
+           "time_limit_used", "with_epoch_length"]
 
 
 def read_schedule(trainer: "pl.Trainer", *, start: FitStart | None = None) -> FitSchedule:
@@ -248,6 +248,15 @@ def time_limit_cycle(trainer: "pl.Trainer",
         return None
     cycle = schedule.with_epochs(max(1, min(CYCLE_EPOCHS, CYCLE_BATCHES // schedule.batches_per_epoch)))
     return cycle, read_checkpoints(trainer, cycle)[0]
+
+
+def time_limit_at_epoch_ends(trainer: "pl.Trainer") -> bool:
+    """Whether the fit's ``Timer`` checks its limit at epoch ends only (``interval="epoch"``; the
+    one ``Trainer(max_time=...)`` adds checks at the end of each training batch)."""
+    for cb in trainer.callbacks:
+        if isinstance(cb, Timer) and cb._duration is not None:
+            return str(getattr(cb._interval, "value", cb._interval)) == "epoch"
+    return False
 
 
 def time_limit_used(trainer: "pl.Trainer") -> float:

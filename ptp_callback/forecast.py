@@ -50,7 +50,7 @@ from typing import Any
 
 from .run_plan import RunPlan
 from .schedule import EPOCH_END, FitSchedule, steps_at
-from .time_limit import Ahead, time_to_stop
+from .time_limit import Ahead, time_to_stop, time_to_stop_at_epoch_ends
 
 __all__ = ["KINDS", "Part", "RunForecaster", "RunPlan"]
 
@@ -188,8 +188,9 @@ class RunForecaster:
             the batches of the first whole epoch, the schedule and save positions of the fit with
             epochs that long. Called once, at that epoch's end; the fit has an ETA from then on.
         cycle: for a fit that only ``max_time`` ends (no epoch or step limit): the schedule and
-            save positions of a few of its epochs. Their mix of training, validation, epoch starts
-            and saves splits the time limit among the parts (the total does not depend on it).
+            save positions of a few of its epochs, which the walk to the limit's stop repeats.
+        time_limit_at_epoch_ends: the ``max_time`` limit is checked at epoch ends only
+            (``Timer(interval="epoch")``), not at the end of each training batch.
     """
 
     def __init__(
@@ -203,8 +204,10 @@ class RunForecaster:
         min_window: int = 50,
         relayout: Callable[[int], tuple[FitSchedule, tuple[int, ...]]] | None = None,
         cycle: tuple[FitSchedule, tuple[int, ...]] | None = None,
+        time_limit_at_epoch_ends: bool = False,
     ) -> None:
         self.schedule = schedule
+        self.time_limit_at_epoch_ends = time_limit_at_epoch_ends
         self.relayout = relayout
         self.cycle = cycle
         self.plan = plan
@@ -318,10 +321,14 @@ class RunForecaster:
         self.batches.add(meter.current)
         meter.close()
         self.position += 1
+        if not self.time_limit_at_epoch_ends:
+            self._check_time_limit(t)  # Lightning's Timer stops the fit at the end of this batch
+
+    def _check_time_limit(self, t: float) -> None:
         s = self.schedule
         if s.max_time_s is not None and self.train_t0 is not None and self._time_stop_at is None \
                 and t - self.train_t0 + self._limit_used_s >= s.max_time_s - 1e-9:
-            self._time_stop_at = self.position  # Lightning's Timer stops the fit at this batch's end
+            self._time_stop_at = self.position
 
     def _pays_for_a_val_run(self) -> bool:
         """Whether the batch ending now is the first after a validation run inside an epoch, in a
@@ -363,6 +370,8 @@ class RunForecaster:
 
     def epoch_end(self, t: float) -> None:
         self._event(t, "epoch_end")
+        if self.time_limit_at_epoch_ends:
+            self._check_time_limit(t)
         s = self.schedule
         began = self._epoch_open_at if self._epoch_open_at is not None else self._epoch_closed_at  # its first position
         whole = began >= 0 and (began != self.first_batch or s.start_batch_in_epoch == 0)
@@ -710,7 +719,8 @@ class RunForecaster:
         if ahead is not None and self._time_stop_at is not None:
             self._left_after_stop(left, ahead, self._time_stop_at, next_left)
             return
-        stops = time_to_stop(ahead, limit_left) if ahead is not None else None
+        walk = time_to_stop_at_epoch_ends if self.time_limit_at_epoch_ends else time_to_stop
+        stops = walk(ahead, limit_left) if ahead is not None else None
         if stops is None:
             self._spread_limit(left, limit_left, bounded, next_left)
             return
@@ -721,7 +731,7 @@ class RunForecaster:
             if stop is None:  # the schedule ends before this limit
                 seconds = {kind: left[kind] for kind in ("train", "val", "epoch", "save")}
                 seconds["train"] += left["warmup"]
-            else:
+            elif not self.time_limit_at_epoch_ends:  # (at an epoch end, its validation and saves are in)
                 validates = ahead.work_at(stop)["val"] > 0 or self._validates_at_a_stop(stop)
                 after["val"] = ahead.unit["val"] if validates else 0.0
                 after["save"] = ahead.unit["save"] * self._saves_at_a_stop(ahead, stop, validates)
@@ -752,7 +762,7 @@ class RunForecaster:
         if unit["train"] <= 0:
             return None
         p = self.position
-        ahead = Ahead(p, s.total_batches, vals, saves, epochs, {}, {}, unit, period, base)
+        ahead = Ahead(p, s.total_batches, vals, saves, epochs, {}, {}, unit, period, base, self.first_batch)
         listed = ahead.work_at(p)
         closed_pos, closed = self._saves_closed
         here = {
@@ -768,7 +778,7 @@ class RunForecaster:
         for kind in ("train", "warmup", "epoch"):
             left[kind] = 0.0
         running = self._val_open and self._last != "val_end"
-        validates = ahead.work_at(stop)["val"] > 0 or self._validates_at_a_stop(stop)
+        validates = ahead.work_at(stop)["val"] > 0 or (self._validates_at_a_stop(stop) and not self.time_limit_at_epoch_ends)
         left["val"] = next_left.get("val", 0.0) if running or (validates and self._val_ended_at != stop) else 0.0
         closed_pos, closed = self._saves_closed
         saves = max(0, self._saves_at_a_stop(ahead, stop, validates) - (closed if closed_pos == stop else 0))

@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
-__all__ = ["Ahead", "SPREAD", "time_to_stop"]
+__all__ = ["Ahead", "SPREAD", "time_to_stop", "time_to_stop_at_epoch_ends"]
 
 #: How far (a share of the time the limit leaves) the walk's limit is spread: the forecast's
 #: uncertainty about when it will be reached (a CPU fit's batches drift by 10% over it; an epoch
@@ -49,7 +49,8 @@ class Ahead:
     ``period_base`` (their first whole epoch's start) on repeat every ``period`` batches.
     ``here``: occurrences at ``position`` still to come (``val``, ``save``, ``epoch``) before the
     next batch; ``first``: the next occurrence's seconds per kind (a running one's remainder);
-    ``unit``: a later occurrence's seconds per kind.
+    ``unit``: a later occurrence's seconds per kind; ``first_position``: where the fit began (an
+    epoch starting there follows no epoch's end).
     """
 
     position: int
@@ -62,6 +63,7 @@ class Ahead:
     unit: dict[str, float]
     period: int | None = None
     period_base: int = 0
+    first_position: int = 0
 
     def _positions(self, kind: str) -> tuple[int, ...]:
         return {"val": self.vals, "save": self.saves, "epoch": self.epochs}[kind]
@@ -146,6 +148,19 @@ class _Stretch:
         return self.first_end + (self.count - 1) * self.unit
 
 
+def _run_pending(ahead: Ahead, pending: dict[str, int], first: dict[str, float], spent: dict[str, float],
+                 kinds: tuple[str, ...]) -> float:
+    """Charge the occurrences of ``kinds`` due at a position (the next of each kind at its ``first``
+    cost, later ones at its unit) to ``spent``; returns their seconds."""
+    total = 0.0
+    for kind in kinds:
+        for _ in range(pending.get(kind, 0)):
+            seconds = first.pop(kind, ahead.unit[kind])
+            spent[kind] += seconds
+            total += seconds
+    return total
+
+
 def _walk(ahead: Ahead, horizon: float) -> list[_Stretch] | None:
     """The stretches of batches from now until one ends past ``horizon`` seconds or the schedule
     ends (``None``: more than :data:`MAX_STRETCHES` of them)."""
@@ -156,11 +171,7 @@ def _walk(ahead: Ahead, horizon: float) -> list[_Stretch] | None:
     first = dict(ahead.first)
     stretches: list[_Stretch] = []
     while len(stretches) < MAX_STRETCHES:
-        for kind in ("val", "save", "epoch"):
-            for _ in range(pending.get(kind, 0)):
-                seconds = first.pop(kind, ahead.unit[kind])
-                spent[kind] += seconds
-                t += seconds
+        t += _run_pending(ahead, pending, first, spent, ("val", "save", "epoch"))
         if ahead.total is not None and p >= ahead.total:
             return stretches
         q = ahead.next_event(p)
@@ -180,6 +191,56 @@ def _walk(ahead: Ahead, horizon: float) -> list[_Stretch] | None:
         p = end
         pending = ahead.work_at(p)
     return None
+
+
+def _epoch_ends(ahead: Ahead, horizon: float) -> list[tuple[float, dict[str, float], int]] | None:
+    """For a limit checked at epoch ends only (``Timer(interval="epoch")``): each epoch end from now
+    until one is reached past ``horizon`` seconds -- the time of the check (after the epoch's last
+    batch, its validation run and its saves), the seconds per kind until then, its position.
+    ``None``: more than :data:`MAX_STRETCHES` epochs to walk."""
+    spent = dict.fromkeys(_PHASE, 0.0)
+    t = 0.0
+    p = ahead.position
+    pending = dict(ahead.here)
+    first = dict(ahead.first)
+    ends: list[tuple[float, dict[str, float], int]] = []
+    while len(ends) < MAX_STRETCHES:
+        t += _run_pending(ahead, pending, first, spent, ("val", "save"))
+        if (pending.get("epoch", 0) or p == ahead.total) and p != ahead.first_position:
+            ends.append((t, dict(spent), p))  # the check, before the next epoch starts
+            if t >= horizon or p == ahead.total:
+                return ends
+        t += _run_pending(ahead, pending, first, spent, ("epoch",))
+        if ahead.total is not None and p >= ahead.total:
+            return ends
+        q = ahead.next_event(p)
+        end = ahead.total if q is None or (ahead.total is not None and q > ahead.total) else q
+        if end is None:  # no epoch end ahead is known
+            return ends
+        seconds = first.pop("train", ahead.unit["train"]) + (end - p - 1) * ahead.unit["train"]
+        spent["train"] += seconds
+        t += seconds
+        p = end
+        pending = ahead.work_at(p)
+    return None
+
+
+def time_to_stop_at_epoch_ends(ahead: Ahead, limit_left: float) -> list[tuple[float, dict[str, float], int | None]] | None:
+    """As :func:`time_to_stop`, for a limit checked at epoch ends only: each spread limit stops the
+    fit at the first epoch end reached after it (the seconds include that epoch's validation and
+    saves, which run before the check)."""
+    low, high = limit_left * (1.0 - SPREAD), limit_left * (1.0 + SPREAD)
+    ends = _epoch_ends(ahead, high)
+    if ends is None or (ahead.total is None and (not ends or ends[-1][0] < high)):
+        return None  # (without an epoch length the ends ahead are not known)
+    times = [t for t, _, _ in ends]
+    samples = 1 if high <= low else _SAMPLES
+    out: list[tuple[float, dict[str, float], int | None]] = []
+    for i in range(samples):
+        limit = low + (high - low) * i / (samples - 1) if samples > 1 else limit_left
+        j = bisect.bisect_left(times, limit)
+        out.append((limit, {}, None) if j == len(ends) else (limit, dict(ends[j][1]), ends[j][2]))
+    return out
 
 
 def time_to_stop(ahead: Ahead, limit_left: float) -> list[tuple[float, dict[str, float], int | None]] | None:

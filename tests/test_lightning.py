@@ -615,6 +615,39 @@ def test_max_time_alone_gives_an_eta():
     assert left == pytest.approx(3.0 - training + callback.forecaster.plan.end_s, abs=0.05)
 
 
+def test_a_timer_that_checks_at_epoch_ends_runs_the_epoch_its_limit_runs_out_in_to_its_end():
+    from lightning.pytorch.callbacks import Timer
+
+    class Remaining(L.Callback):
+        def __init__(self) -> None:
+            self.samples: list[tuple[float, float, float]] = []  # (training time, batch in epoch, ETA)
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            left = callback.remaining_s()
+            if left is not None:
+                now = callback.clock()
+                self.samples.append((now - callback.forecaster.train_t0, now, left))
+
+        def on_fit_end(self, *args):
+            self.end = callback.clock()
+
+    callback, remaining = PrecisionTimeCallback(refresh_s=0.0), Remaining()
+    t = L.Trainer(accelerator="cpu", max_epochs=-1, logger=False, enable_checkpointing=False,
+                  enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+                  callbacks=[Timer(duration={"seconds": 1}, interval="epoch"), callback, remaining])
+    t.fit(Tiny(), loaders(n=8 * 1000)[0])  # epochs of 1000 batches (2-3 s here), longer than the limit
+    assert callback.forecaster.time_limit_at_epoch_ends
+    assert t.global_step % 1000 == 0  # it stopped at an epoch's end
+    # Past the limit, inside the epoch it ran out in, the ETA is that epoch's rest (not the end alone).
+    late = [(now, left) for training, now, left in remaining.samples if training > 1.1 and remaining.end - now > 0.2]
+    assert late
+    ratios = sorted(left / (remaining.end - now) for now, left in late)
+    # A Timer checked at batch ends would have stopped the fit there: the ETA would be its end alone
+    # (0.3% of the time left). Beside another test process the batches' speed swings 3x within an
+    # epoch, so only the median is held, and loosely.
+    assert 0.25 < ratios[len(ratios) // 2] < 4.0, ratios
+
+
 def test_a_max_time_fit_plans_its_validation_runs_and_saves_within_the_limit(tmp_path):
     # Only the limit ends it: ~4 s of 8-batch epochs, each validated and saved (Lightning's default
     # ModelCheckpoint). The limit is split among its parts, so the report has a prediction for each.

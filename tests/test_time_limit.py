@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ptp_callback.time_limit import Ahead, time_to_stop
+from ptp_callback.time_limit import Ahead, time_to_stop, time_to_stop_at_epoch_ends
 
 UNIT = {"train": 1.0, "val": 2.0, "epoch": 0.5, "save": 3.0}
 
@@ -59,6 +59,18 @@ def test_a_cycle_of_epochs_repeats_for_a_fit_that_only_the_limit_ends():
     stops = time_to_stop(resumed, 89.5)
     limit, seconds, stop = stops[len(stops) // 2]
     assert (limit, stop, seconds["val"], seconds["epoch"]) == (89.5, 62, 6 * 2.0, 6 * 0.5)
+
+
+def test_a_limit_checked_at_epoch_ends_stops_after_the_epoch_it_runs_out_in():
+    # Timer(interval="epoch"): each epoch is 10 batches, then its validation and save (checked after
+    # them, at 15 s, 30.5 s, ...), then the next epoch's start (0.5 s)
+    stops = time_to_stop_at_epoch_ends(ahead(), 12.0)
+    assert {stop for _, _, stop in stops} == {10}
+    assert stops[0][1] == pytest.approx({"train": 10.0, "val": 2.0, "epoch": 0.0, "save": 3.0})
+    limit, seconds, stop = time_to_stop_at_epoch_ends(ahead(), 20.0)[len(stops) // 2]
+    assert (limit, stop) == (20.0, 20)
+    assert seconds == pytest.approx({"train": 20.0, "val": 4.0, "epoch": 0.5, "save": 6.0})
+    assert time_to_stop_at_epoch_ends(ahead(), 60.0)[-1][2] is None  # the schedule ends first (46 s)
 
 
 def test_a_walk_too_long_to_follow_gives_way():
