@@ -12,9 +12,11 @@ they are all that is left.
 :func:`time_to_stop` walks the work ahead in its real order (training batches, and between them the
 validation runs, saves and epoch starts at their positions) up to the batch at which the limit
 stops the fit. Far from the stop, where that batch lands depends on seconds the forecast cannot
-know to better than a few percent, so the walk is averaged over limits within
-:data:`SPREAD` of the one left: close to the stop that spread is a fraction of a batch and the
-answer is the walk's; far from it the average is the mean overshoot over the work's mix.
+know to better than a few percent, so the walk is repeated for limits within :data:`SPREAD` of
+the one left; the forecaster takes the median of their outcomes by how far past its limit each
+runs (most limits run out inside a stretch of batches). Close to the stop the spread is a fraction
+of a batch and every outcome is the same. A ``Timer(interval="epoch")`` checks at epoch ends only:
+:func:`time_to_stop_at_epoch_ends` walks to the first epoch end past the limit instead.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ __all__ = ["Ahead", "SPREAD", "time_to_stop", "time_to_stop_at_epoch_ends"]
 SPREAD = 0.15
 _SAMPLES = 15  # odd: one of them is the limit itself
 #: Beyond this many stretches of batches between other work (about 7 ms of walking on a 2-core VM)
-#: the walk stops: the stop is then far,
-#: and the caller spreads the limit over the kinds by their shares instead.
+#: the walk stops: the stop is then far, and the caller spreads the limit over the kinds by their
+#: shares instead.
 MAX_STRETCHES = 1024
 _PHASE = ("train", "val", "epoch", "save")
 
