@@ -125,9 +125,9 @@ def checkpoint_settings(rec: dict) -> CheckpointSettings | None:
 def time_limit_cycle(rec: dict, schedule: FitSchedule) -> tuple[FitSchedule, tuple[int, ...]] | None:
     """For a fit that only ``max_time`` ends, a few of its epochs and their saves, as the callback
     lays them out (``integrations.lightning_schedule.time_limit_cycle``)."""
-    if schedule.max_time_s is None or schedule.total_batches is not None or not schedule.batches_per_epoch:
+    cycle = schedule.time_limit_cycle()
+    if cycle is None:
         return None
-    cycle = schedule.with_epochs(max(1, min(12, 1_000_000 // schedule.batches_per_epoch)))
     settings = checkpoint_settings(rec)
     return cycle, save_positions(cycle, settings) if settings else ()
 

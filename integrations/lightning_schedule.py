@@ -233,38 +233,32 @@ def with_epoch_length(trainer: "pl.Trainer", schedule: FitSchedule,
     return relaid, read_checkpoints(trainer, relaid)[0]
 
 
-# Epochs laid out to sample the work of a fit that only max_time ends: every cadence of 1, 2, 3,
-# 4, 6 or 12 epochs (validation, saves) repeats whole within them. Fewer when epochs are long: the
-# layout lists every position a validation or a save follows.
-CYCLE_EPOCHS = 12
-CYCLE_BATCHES = 1_000_000
-
-
 def time_limit_cycle(trainer: "pl.Trainer",
                      schedule: FitSchedule) -> tuple[FitSchedule, tuple[int, ...]] | None:
-    """For a fit that only ``max_time`` ends: a few of its epochs laid out, and the saves on them
-    (``None`` for any other fit, or when its epochs have no known length)."""
-    if schedule.max_time_s is None or schedule.total_batches is not None or not schedule.batches_per_epoch:
-        return None
-    cycle = schedule.with_epochs(max(1, min(CYCLE_EPOCHS, CYCLE_BATCHES // schedule.batches_per_epoch)))
-    return cycle, read_checkpoints(trainer, cycle)[0]
+    """For a fit that only ``max_time`` ends: a few of its epochs laid out
+    (:meth:`~ptp_callback.schedule.FitSchedule.time_limit_cycle`), and the saves on them (``None``
+    for any other fit, or when its epochs have no known length)."""
+    cycle = schedule.time_limit_cycle()
+    return None if cycle is None else (cycle, read_checkpoints(trainer, cycle)[0])
 
 
 def time_limit_at_epoch_ends(trainer: "pl.Trainer") -> bool:
     """Whether the fit's ``Timer`` checks its limit at epoch ends only (``interval="epoch"``; the
     one ``Trainer(max_time=...)`` adds checks at the end of each training batch)."""
-    for cb in trainer.callbacks:
-        if isinstance(cb, Timer) and cb._duration is not None:
-            return str(getattr(cb._interval, "value", cb._interval)) == "epoch"
-    return False
+    timer = _timer(trainer)
+    return timer is not None and str(getattr(timer._interval, "value", timer._interval)) == "epoch"
 
 
 def time_limit_used(trainer: "pl.Trainer") -> float:
     """Seconds of ``max_time`` that earlier runs of a resumed fit used (``Timer``'s restored offset)."""
-    for cb in trainer.callbacks:
-        if isinstance(cb, Timer) and cb._duration is not None:
-            return float(getattr(cb, "_offset", 0.0) or 0.0)
-    return 0.0
+    timer = _timer(trainer)
+    return float(getattr(timer, "_offset", 0.0) or 0.0) if timer is not None else 0.0
+
+
+def _timer(trainer: "pl.Trainer") -> Timer | None:
+    """The ``Timer`` that limits the fit: ``Trainer(max_time=...)`` adds one
+    (callback_connector._configure_timer_callback); a user's own takes its place."""
+    return next((cb for cb in trainer.callbacks if isinstance(cb, Timer) and cb._duration is not None), None)
 
 
 def _sum_or_none(counts: list[int | float]) -> int | None:
@@ -285,12 +279,9 @@ def _val_check_batch(trainer: "pl.Trainer") -> int | None:
 
 
 def _max_time(trainer: "pl.Trainer") -> float | None:
-    # Trainer(max_time=...) adds a Timer (callback_connector._configure_timer_callback); a user Timer
-    # takes its place. Its clock includes time restored from a checkpoint (Timer._offset).
-    for cb in trainer.callbacks:
-        if isinstance(cb, Timer) and cb._duration is not None:
-            return float(cb._duration)
-    return None
+    # The Timer's clock includes time restored from a checkpoint (Timer._offset: time_limit_used).
+    timer = _timer(trainer)
+    return float(timer._duration) if timer is not None else None
 
 
 def _drop_train_loader(fit_loop: Any) -> None:

@@ -167,6 +167,11 @@ OVERRUN_SHARE = 0.2
 REFRESH_SHARE = 0.05
 
 
+def _count_at(positions: tuple[int, ...], p: int) -> int:
+    """How often ``p`` is listed in the sorted ``positions``."""
+    return bisect.bisect_right(positions, p) - bisect.bisect_left(positions, p)
+
+
 def _left_of_occurrence(expected: float, spent: float) -> float:
     """Seconds left of an occurrence expected to take ``expected`` that has run ``spent`` so far."""
     return max(expected - spent, OVERRUN_SHARE * expected if spent > 0 else 0.0)
@@ -325,10 +330,18 @@ class RunForecaster:
             self._check_time_limit(t)  # Lightning's Timer stops the fit at the end of this batch
 
     def _check_time_limit(self, t: float) -> None:
-        s = self.schedule
-        if s.max_time_s is not None and self.train_t0 is not None and self._time_stop_at is None \
-                and t - self.train_t0 + self._limit_used_s >= s.max_time_s - 1e-9:
+        left = self._time_limit_left_s(t)
+        if left is not None and left <= 1e-9 and self.train_t0 is not None and self._time_stop_at is None:
             self._time_stop_at = self.position
+
+    def _time_limit_left_s(self, t: float) -> float | None:
+        """What a ``max_time`` limit leaves at ``t`` (the whole of it before training starts; below 0
+        once it has run out; ``None``: no limit)."""
+        s = self.schedule
+        if s.max_time_s is None:
+            return None
+        started = self.train_t0 if self.train_t0 is not None else t
+        return s.max_time_s - self._limit_used_s - (t - started)
 
     def _pays_for_a_val_run(self) -> bool:
         """Whether the batch ending now is the first after a validation run inside an epoch, in a
@@ -524,13 +537,10 @@ class RunForecaster:
     def _batches_within_time_limit(self) -> int | None:
         """About how many batches a ``max_time`` limit leaves at the speed measured so far (the
         batch time then averages over as many of the latest; ``None``: no limit, or nothing measured)."""
-        s = self.schedule
-        if s.max_time_s is None or self.train_t0 is None or self._t is None:
-            return None
+        left = self._time_limit_left_s(self._t) if self.train_t0 is not None and self._t is not None else None
         mean = self.batches.mean_s()
-        if not mean:
+        if left is None or not mean:
             return None
-        left = s.max_time_s - self._limit_used_s - (self._t - self.train_t0)
         return max(0, int(left / mean))
 
     def _planned(self, kind: str, first: bool) -> float:
@@ -592,27 +602,28 @@ class RunForecaster:
             counts["train"] = None
         else:
             counts["train"] = max(0, s.total_batches - p)
-        vals = s.val_after_batches
-        running = self._val_open and self._last != "val_end"  # a run nobody planned is running
-        val_runs = len(vals) - bisect.bisect_right(vals, p) + (1 if self._val_due(p) or running else 0)
-        counts["val"] = val_runs
-        closed_pos, closed = self._saves_closed
-        at_p = bisect.bisect_right(self.saves, p) - bisect.bisect_left(self.saves, p)
-        here = max(0, at_p - (closed if closed_pos == p else 0))
-        if self._save_open and here == 0:
-            here = 1  # a save the plan did not foresee is running
-        counts["save"] = len(self.saves) - bisect.bisect_right(self.saves, p) + here
-        starts = s.epoch_starts
-        epochs = len(starts) - bisect.bisect_right(starts, p)
-        if self._epoch_open_at is not None or (
-                p in starts[bisect.bisect_left(starts, p):bisect.bisect_right(starts, p)]
-                and self._epoch_closed_at != p):
-            epochs += 1
-        counts["epoch"] = epochs
+        vals, starts = s.val_after_batches, s.epoch_starts
+        here = self._due_here({"val": _count_at(vals, p), "save": _count_at(self.saves, p),
+                               "epoch": _count_at(starts, p)})
+        counts["val"] = len(vals) - bisect.bisect_right(vals, p) + here["val"]
+        counts["save"] = len(self.saves) - bisect.bisect_right(self.saves, p) + here["save"]
+        counts["epoch"] = len(starts) - bisect.bisect_right(starts, p) + here["epoch"]
         counts["end"] = 0 if self.ended else 1
         sanity_pending = bool(s.sanity_batches) and self.meters["sanity"].done == 0
         counts["sanity"] = 1 if sanity_pending else 0
         return counts
+
+    def _due_here(self, listed: dict[str, int]) -> dict[str, int]:
+        """Of the work ``listed`` at the current position (validation runs, saves, epoch starts),
+        what is still to come or running there."""
+        p = self.position
+        running = self._val_open and self._last != "val_end"  # a run nobody planned is running
+        closed_pos, closed = self._saves_closed
+        saves = max(0, listed["save"] - (closed if closed_pos == p else 0))
+        if self._save_open and saves == 0:
+            saves = 1  # a save the plan did not foresee is running
+        return {"val": int(running or (listed["val"] > 0 and self._val_ended_at != p)), "save": saves,
+                "epoch": int(self._epoch_open_at is not None or (listed["epoch"] > 0 and self._epoch_closed_at != p))}
 
     # -------------------------------------------------------------------------- answers
     def elapsed_s(self, now: float) -> float:
@@ -706,10 +717,7 @@ class RunForecaster:
         """``max_time`` stops training at the first training batch that ends once that much time
         has passed since training started (:mod:`~ptp_callback.time_limit`): the work up to that
         batch, then the validation the stop runs, a save and the end."""
-        s = self.schedule
-        assert s.max_time_s is not None
-        started = self.train_t0 if self.train_t0 is not None else now
-        limit_left = max(0.0, s.max_time_s - self._limit_used_s - (now - started))
+        limit_left = max(0.0, self._time_limit_left_s(now) or 0.0)
         phase = ("train", "warmup", "val", "epoch", "save")
         bounded = counts["train"] is not None  # else only the limit ends the fit
         scheduled = sum(left[k] for k in phase) if bounded else math.inf
@@ -732,7 +740,7 @@ class RunForecaster:
                 seconds = {kind: left[kind] for kind in ("train", "val", "epoch", "save")}
                 seconds["train"] += left["warmup"]
             elif not self.time_limit_at_epoch_ends:  # (at an epoch end, its validation and saves are in)
-                validates = ahead.work_at(stop)["val"] > 0 or self._validates_at_a_stop(stop)
+                validates = self._stop_validates(ahead, stop)
                 after["val"] = ahead.unit["val"] if validates else 0.0
                 after["save"] = ahead.unit["save"] * self._saves_at_a_stop(ahead, stop, validates)
             outcomes.append((sum(seconds.values()) + sum(after.values()) - limit, limit, seconds, after))
@@ -761,16 +769,8 @@ class RunForecaster:
         unit = {kind: self._unit(kind)[0] or 0.0 for kind in ("train", "val", "epoch", "save")}
         if unit["train"] <= 0:
             return None
-        p = self.position
-        ahead = Ahead(p, s.total_batches, vals, saves, epochs, {}, {}, unit, period, base, self.first_batch)
-        listed = ahead.work_at(p)
-        closed_pos, closed = self._saves_closed
-        here = {
-            "val": int(self._val_open and self._last != "val_end" or (listed["val"] > 0 and self._val_ended_at != p)),
-            "save": max(int(self._save_open), listed["save"] - (closed if closed_pos == p else 0)),
-            "epoch": int(self._epoch_open_at is not None or (listed["epoch"] > 0 and self._epoch_closed_at != p)),
-        }
-        return replace(ahead, here=here, first=dict(next_left))
+        ahead = Ahead(self.position, s.total_batches, vals, saves, epochs, {}, {}, unit, period, base, self.first_batch)
+        return replace(ahead, here=self._due_here(ahead.work_at(self.position)), first=dict(next_left))
 
     def _left_after_stop(self, left: dict[str, float], ahead: Ahead, stop: int, next_left: dict[str, float]) -> None:
         """The limit ran out at the end of the batch that brought the fit to ``stop``: what is left
@@ -778,7 +778,7 @@ class RunForecaster:
         for kind in ("train", "warmup", "epoch"):
             left[kind] = 0.0
         running = self._val_open and self._last != "val_end"
-        validates = ahead.work_at(stop)["val"] > 0 or (self._validates_at_a_stop(stop) and not self.time_limit_at_epoch_ends)
+        validates = self._stop_validates(ahead, stop)
         left["val"] = next_left.get("val", 0.0) if running or (validates and self._val_ended_at != stop) else 0.0
         closed_pos, closed = self._saves_closed
         saves = max(0, self._saves_at_a_stop(ahead, stop, validates) - (closed if closed_pos == stop else 0))
@@ -786,6 +786,12 @@ class RunForecaster:
             left["save"] = next_left.get("save", 0.0) + max(0, saves - 1) * ahead.unit["save"]
         else:
             left["save"] = saves * ahead.unit["save"]
+
+    def _stop_validates(self, ahead: Ahead, stop: int) -> bool:
+        """Whether a validation runs at a ``max_time`` stop after the batch that brings the fit to
+        ``stop``: one due there anyway, or the one Lightning runs when it stops inside an epoch that
+        validates (not for a limit checked at epoch ends, which stops after the epoch's own)."""
+        return ahead.work_at(stop)["val"] > 0 or (not self.time_limit_at_epoch_ends and self._validates_at_a_stop(stop))
 
     def _saves_at_a_stop(self, ahead: Ahead | None = None, stop: int | None = None, validates: bool = True) -> int:
         """The saves a stop after the batch that brings the fit to ``stop`` makes: those scheduled
@@ -807,17 +813,14 @@ class RunForecaster:
             or (bool(s.batches_per_epoch) and s.val_check_batch != EPOCH_END and s.val_check_batch < s.batches_per_epoch))
         if after_validation and not validates:
             return 0
-        last = ahead.previous_save(stop)
-        if self.meters["save"].done and self._saves_closed[0] <= stop:
-            last = max(last if last is not None and last <= stop else -1, self._saves_closed[0])
-        if last is not None and last >= 0 and self._steps_at(stop) == self._steps_at(last):
-            return 0
-        return 1
+        # the last save before the stop: a laid-out one, or the last one made
+        made = self._saves_closed[0] if self.meters["save"].done else None
+        last = max((p for p in (ahead.previous_save(stop), made) if p is not None and p <= stop), default=None)
+        return 0 if last is not None and self._steps_at(stop) == self._steps_at(last) else 1
 
     def _steps_at(self, position: int) -> int:
+        """The global step after the batch that brings the fit to ``position``."""
         s = self.schedule
-        if s.accumulate <= 1:
-            return position
         return steps_at(max(position, s.start_batch), batches_per_epoch=s.batches_per_epoch, accumulate=s.accumulate,
                         start=s.start, step_on_epoch_end=s.step_on_epoch_end)
 

@@ -49,6 +49,11 @@ __all__ = [
     "val_check_positions",
 ]
 
+#: Epochs laid out to sample the work of a fit that only ``max_time`` ends
+#: (:meth:`FitSchedule.time_limit_cycle`), at most :data:`CYCLE_BATCHES` batches of them.
+CYCLE_EPOCHS = 12
+CYCLE_BATCHES = 1_000_000
+
 #: ``val_check_batch`` value meaning "validate after the last batch of each epoch, whatever its index".
 #: (Lightning's ``val_check_batch == inf``: an unsized train iterable with ``val_check_interval=1.0``.)
 EPOCH_END = -1
@@ -187,6 +192,21 @@ class FitSchedule:
         (40, (15, 20, 35, 40), (0, 10, 20, 30))
         """
         return self._laid_out(self.batches_per_epoch, self.start_epoch + epochs)
+
+    def time_limit_cycle(self) -> FitSchedule | None:
+        """For a fit that only ``max_time`` ends: a few of its epochs laid out, a sample of its work
+        (``None`` for any other fit, or when its epochs have no known length). Every cadence of 1, 2,
+        3, 4, 6 or 12 epochs (validation, saves) repeats whole within :data:`CYCLE_EPOCHS`; fewer when
+        epochs are long, since the layout lists every position a validation or a save follows.
+
+        >>> s = build_schedule(batches_per_epoch=10, max_epochs=None, max_steps=None, val_check_batch=10,
+        ...                    check_val_every_n_epoch=1, val_batches_per_run=2, max_time_s=60.0)
+        >>> s.time_limit_cycle().total_batches
+        120
+        """
+        if self.max_time_s is None or self.total_batches is not None or not self.batches_per_epoch:
+            return None
+        return self.with_epochs(max(1, min(CYCLE_EPOCHS, CYCLE_BATCHES // self.batches_per_epoch)))
 
     def _laid_out(self, batches_per_epoch: int | None, max_epochs: int | None) -> FitSchedule:
         return build_schedule(

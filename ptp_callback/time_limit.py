@@ -150,6 +150,15 @@ class _Stretch:
         return self.first_end + (self.count - 1) * self.unit
 
 
+def _spread(limit_left: float) -> list[float]:
+    """The limits a walk is repeated for: :data:`SPREAD` either side of ``limit_left``, evenly, the
+    limit itself in the middle (just it, when no time is left)."""
+    if limit_left <= 0:
+        return [limit_left]
+    low, high = limit_left * (1.0 - SPREAD), limit_left * (1.0 + SPREAD)
+    return [low + (high - low) * i / (_SAMPLES - 1) for i in range(_SAMPLES)]
+
+
 def _run_pending(ahead: Ahead, pending: dict[str, int], first: dict[str, float], spent: dict[str, float],
                  kinds: tuple[str, ...]) -> float:
     """Charge the occurrences of ``kinds`` due at a position (the next of each kind at its ``first``
@@ -231,15 +240,13 @@ def time_to_stop_at_epoch_ends(ahead: Ahead, limit_left: float) -> list[tuple[fl
     """As :func:`time_to_stop`, for a limit checked at epoch ends only: each spread limit stops the
     fit at the first epoch end reached after it (the seconds include that epoch's validation and
     saves, which run before the check)."""
-    low, high = limit_left * (1.0 - SPREAD), limit_left * (1.0 + SPREAD)
-    ends = _epoch_ends(ahead, high)
-    if ends is None or (ahead.total is None and (not ends or ends[-1][0] < high)):
+    limits = _spread(limit_left)
+    ends = _epoch_ends(ahead, limits[-1])
+    if ends is None or (ahead.total is None and (not ends or ends[-1][0] < limits[-1])):
         return None  # (without an epoch length the ends ahead are not known)
     times = [t for t, _, _ in ends]
-    samples = 1 if high <= low else _SAMPLES
     out: list[tuple[float, dict[str, float], int | None]] = []
-    for i in range(samples):
-        limit = low + (high - low) * i / (samples - 1) if samples > 1 else limit_left
+    for limit in limits:
         j = bisect.bisect_left(times, limit)
         out.append((limit, {}, None) if j == len(ends) else (limit, dict(ends[j][1]), ends[j][2]))
     return out
@@ -251,15 +258,13 @@ def time_to_stop(ahead: Ahead, limit_left: float) -> list[tuple[float, dict[str,
     ``save``) from now to the end of the training batch at which it stops, and that batch's
     position (``None`` where the schedule ends before that limit). ``None`` when the stop is too
     far to walk to."""
-    low, high = limit_left * (1.0 - SPREAD), limit_left * (1.0 + SPREAD)
-    stretches = _walk(ahead, high)
+    limits = _spread(limit_left)
+    stretches = _walk(ahead, limits[-1])
     if stretches is None:
         return None
     ends = [s.end for s in stretches]
-    samples = 1 if high <= low else _SAMPLES
     out: list[tuple[float, dict[str, float], int | None]] = []
-    for i in range(samples):
-        limit = low + (high - low) * i / (samples - 1) if samples > 1 else limit_left
+    for limit in limits:
         j = bisect.bisect_left(ends, limit)
         if j == len(stretches):
             out.append((limit, {}, None))  # the schedule ends before this limit
