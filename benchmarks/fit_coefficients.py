@@ -180,7 +180,10 @@ INITIAL = CostCoefficients(
     launch_latency_s=4e-6,
     sync_s=15e-6,
     host_step_s=100e-6,
-    compute_eff={"conv_dw": 0.03},
+    # cuDNN's fp32 depthwise weight gradient (a channels-last depthwise convolution's), from an
+    # H200 kernel profile of ConvNeXt-T (benchmarks/depthwise_cudnn.py, 2026-11-27: 0.38 TFLOP/s,
+    # median of 4 shapes); measured, not fitted: no op row runs it.
+    compute_eff={"conv_dw": 0.03, "conv_dw:wgrad:cudnn:fp32": 0.0057},
     latency_s={"recurrent": 500e-6, "conv": 2e-6, "attention": 2e-6, "norm": 2e-6, "norm_row": 5e-8,
                "batch_norm": 2e-6, "batch_norm_native": 2e-6, "reduction": 2e-6, "conv_dw": 2e-6},
     recurrent={"persistent_max_hidden": 128, "step_s:standard": 20e-6, "step_s:persistent": 3e-6, "l2_fraction": 0.5},

@@ -884,6 +884,9 @@ def describe_op(
             op_class = "conv_dw"
             if _cudnn_depthwise(func, args, kwargs):
                 kernel_family = "depthwise_cudnn"
+            if name == "convolution_backward":
+                mask = _arg(func, args, kwargs, "output_mask", [True, True, False])
+                passes = tuple(part for part, on in zip(("dgrad", "wgrad"), mask[:2]) if on)
         elif dims:
             if dtype_key == "fp32" and conv_tf32:
                 dtype_key = "tf32"

@@ -408,8 +408,26 @@ def depthwise_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) 
         # The weight gradient is not the direct kernel's: priced apart, the rest at the direct rate.
         flops = cost.flops - conv_pass_flops(cost.dims)
         gemm_weight_grad = _depthwise_gemm_weight_grad_seconds(cost.dims, device, coef)
+    elif cost.backward and key == "cudnn" and cost.dtype == "fp32" and "wgrad" in cost.passes:
+        flops = cost.flops - conv_pass_flops(cost.dims)
+        gemm_weight_grad = _cudnn_fp32_depthwise_weight_grad_seconds(cost.dims, device, coef)
     return (max(flops / rate, memory) + gemm_weight_grad + bias
             + pick(coef.latency_s, ("conv_dw", direction, key), 0.0))
+
+
+def _cudnn_fp32_depthwise_weight_grad_seconds(dims: tuple[int, ...], device: DeviceSpec,
+                                               coef: CostCoefficients) -> float:
+    """cuDNN's weight gradient of an fp32 depthwise convolution (a channels-last one: PyTorch hands
+    those to cuDNN in every dtype). Its half-precision passes and its fp32 forward and data gradient
+    run specialized depthwise kernels (``conv2d_c1_k1_nhwc``, ``dgrad2d_c1_k1_nhwc``); the fp32
+    weight gradient runs grouped implicit-GEMM and direct kernels
+    (``wgrad_implicit_gemm_indexed_tf32..._g16``, ``wgrad2d_grouped_direct_kernel``) at about 0.4
+    TFLOP/s, a fifteenth of the forward's rate: ConvNeXt-T's 7x7 ones (batch 32, 96-768 channels)
+    took 0.27-2.3 ms each on an H200, 17 ms of a 53 ms step (``benchmarks/depthwise_cudnn.py``).
+    The kernels are bound by their arithmetic, far below the bandwidth, so the rate is taken
+    to hold on any Hopper GPU."""
+    share = pick(coef.compute_eff, ("conv_dw", "wgrad", "cudnn", "fp32"), 0.03)
+    return conv_pass_flops(dims) / (share * peak_flops(device, "fp32"))
 
 
 def _onednn_depthwise_weight_grad_by_gemm(dims: tuple[int, ...]) -> bool:

@@ -20,6 +20,7 @@ from ptp_callback.kernels import (
     kernel_seconds,
     math_dtype,
     memory_seconds,
+    peak_flops,
     recurrent_seconds,
     runs_as_gemm,
     stream_rate,
@@ -937,3 +938,32 @@ def test_a_kernel_short_of_the_copy_rate_gains_less_than_the_bandwidth_on_a_gpu_
     # One with more bandwidth but fewer SMs gains nothing on an SM-bound kernel from the bandwidth.
     narrow = replace(h200, key="narrow-h200", sm_count=66)
     assert stream_rate(narrow, HOPPER, 0.2) < stream_rate(h100, HOPPER, 0.2) * 0.6
+
+
+def test_cudnns_fp32_depthwise_weight_gradient_runs_at_its_own_low_rate_and_only_when_computed():
+    """A channels-last depthwise convolution runs on cuDNN in every dtype. In fp32 its weight gradient
+    runs grouped implicit-GEMM and direct kernels far slower than the forward and the data gradient
+    (ConvNeXt-T's 7x7 ones on an H200: 0.38 TFLOP/s); in half precision a specialized kernel."""
+    h100 = get_device("h100-sxm")
+
+    def backward(dtype: torch.dtype, mask: list[bool]) -> tuple[float, OpCost]:
+        with FakeTensorMode():
+            x = torch.randn(32, 96, 56, 56, dtype=dtype).to(memory_format=torch.channels_last)
+            w = torch.randn(96, 1, 7, 7, dtype=dtype)
+            func = torch.ops.aten.convolution.default
+            y = func(x, w, None, [1, 1], [3, 3], [1, 1], False, [0, 0], 96)
+            func = torch.ops.aten.convolution_backward.default
+            args = (torch.randn_like(y), x, w, None, [1, 1], [3, 3], [1, 1], False, [0, 0], 96, mask)
+            cost = describe_op(func, args, {}, func(*args), matmul_tf32=False, conv_tf32=True, phase="backward")
+        assert cost.kernel == "depthwise_cudnn"
+        return kernel_seconds(OpRecord(str(func), "backward", "", cost), h100, HOPPER), cost
+
+    both, cost = backward(torch.float32, [True, True, False])
+    data_only, data_cost = backward(torch.float32, [True, False, False])
+    half, _ = backward(torch.bfloat16, [True, True, False])
+    assert cost.passes == ("dgrad", "wgrad") and data_cost.passes == ("dgrad",)
+    one_pass = 2.0 * 32 * 56 * 56 * 96 * 49
+    weight_grad = one_pass / (HOPPER.compute_eff["conv_dw:wgrad:cudnn:fp32"] * peak_flops(h100, "fp32"))
+    assert both == pytest.approx(data_only + weight_grad, rel=0.02)
+    assert 1.5e-3 < weight_grad < 3.5e-3  # measured on the H200: 2.3 ms for this shape's weight gradient
+    assert both > 4 * half  # the half-precision passes stay at the fitted cuDNN rate
