@@ -250,10 +250,10 @@ def gemm_cover(ops: list) -> float:
     return worst
 
 
-# The 35 architectures x 4 precisions, then five of them (those the first run missed most) timed again
-# in a later session on another H200 machine, in 32-true, bf16-mixed and 16-mixed.
 # A step counts as GPU-bound where its predicted host time is under this multiple of its device time.
 HOST_MARGIN = 1.15
+# The 35 architectures x 4 precisions, then five of them (those the first run missed most) timed again
+# in a later session on another H200 machine, in 32-true, bf16-mixed and 16-mixed.
 TIMINGS = [os.path.join(HERE, "data", name)
            for name in ("architectures_h200_2026-11-27.jsonl", "architectures_h200_2026-11-27_pm.jsonl")]
 
@@ -329,22 +329,21 @@ def score(files: list[str]) -> int:
     built: dict[str, Built] = {}
     for row in rows:
         name, precision, gpu = row["model"], row["precision"], row["device"]
-        if name not in built:
-            built = {name: MODELS[name]()}  # one model at a time: some are large
-        model, batch, loss = built[name]
-        # The timed step set TF32 by its precision's name; the trace reads the flags from torch.
-        torch.set_float32_matmul_precision("high" if precision == "32-tf32" else "highest")
-        if (name, precision, gpu) not in step_of:
+        if (name, precision, gpu) not in step_of:  # a step timed in several files is predicted once
+            if name not in built:
+                built = {name: MODELS[name]()}  # one model at a time: some are large
+            model, batch, loss = built[name]
+            # The timed step set TF32 by its precision's name; the trace reads the flags from torch.
+            torch.set_float32_matmul_precision("high" if precision == "32-tf32" else "highest")
             step_of[name, precision, gpu] = ptp.predict_step(model, batch, loss, precision=precision, device=gpu,
                                                              trace_on="cpu")
         pred = step_of[name, precision, gpu]
-        step_s = pred.step_s
         key = (name, precision, gpu, row["run"])
         device_bound[key] = pred.host_s < HOST_MARGIN * pred.device_s
-        predicted[key], measured[key] = step_s, row["step_s_median"]
-        error = step_s / row["step_s_median"] - 1
+        predicted[key], measured[key] = pred.step_s, row["step_s_median"]
+        error = pred.step_s / row["step_s_median"] - 1
         print(f"{name:30s} {precision:11s} {gpu[:22]:22s} {1e3 * row['step_s_median']:9.2f} "
-              f"{1e3 * step_s:9.2f} {100 * error:+6.1f}%", flush=True)
+              f"{1e3 * pred.step_s:9.2f} {100 * error:+6.1f}%", flush=True)
     torch.set_float32_matmul_precision("highest")
     errors = [abs(predicted[k] / measured[k] - 1) for k in measured]
     if not errors:

@@ -875,17 +875,17 @@ def describe_op(
         flops = float(formula(*args, **kwargs, out_val=out)) if formula else 0.0
         dims = _conv_dims(func, args, kwargs, outputs)
         kernel_family = conv_family(dims)
+        # A backward's (data gradient, weight gradient, bias gradient) to compute.
+        mask = _arg(func, args, kwargs, "output_mask", [True, True, False])
         if name == "convolution_backward" and dims and dims[6] > 1:
             # flop_counter's backward formula ignores groups (PyTorch 2.14 counts a depthwise 3x3
             # backward 65x too high); each gradient pass does the forward's multiply-adds.
-            mask = _arg(func, args, kwargs, "output_mask", [True, True, False])
             flops = conv_pass_flops(dims) * sum(1 for on in mask[:2] if on)
         if kernel_family == "depthwise":
             op_class = "conv_dw"
             if _cudnn_depthwise(func, args, kwargs):
                 kernel_family = "depthwise_cudnn"
             if name == "convolution_backward":
-                mask = _arg(func, args, kwargs, "output_mask", [True, True, False])
                 passes = tuple(part for part, on in zip(("dgrad", "wgrad"), mask[:2]) if on)
         elif dims:
             if dtype_key == "fp32" and conv_tf32:
@@ -896,7 +896,6 @@ def describe_op(
             passes = conv_passes(func, args, kwargs)
             if name == "convolution_backward":
                 # Always (data gradient, weight gradient); a pass the mask leaves out is empty.
-                mask = _arg(func, args, kwargs, "output_mask", [True, True, False])
                 both = conv_gemms(dims, passes, channels_first, chunk)
                 gemms = tuple(g if on else _NO_GEMM for g, on in zip(both, mask[:2]))
                 # Each gradient kernel reads the output gradient, and the weight (data gradient)

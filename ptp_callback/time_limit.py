@@ -127,6 +127,12 @@ class Ahead:
             return self.period_base + cycles * self.period + offsets[i - 1]
         return self.period_base + (cycles - 1) * self.period + offsets[-1]
 
+    def batches_until(self, p: int) -> int | None:
+        """The position that batches from ``p`` run to before other work or the schedule's end
+        (``None``: neither is known)."""
+        q = self.next_event(p)
+        return self.total if q is None or (self.total is not None and q > self.total) else q
+
     def work_at(self, q: int) -> dict[str, int]:
         """The occurrences of other work at position ``q``, before the batch after it."""
         return {kind: self._count(kind, q) for kind in ("val", "save", "epoch")}
@@ -185,8 +191,7 @@ def _walk(ahead: Ahead, horizon: float) -> list[_Stretch] | None:
         t += _run_pending(ahead, pending, first, spent, ("val", "save", "epoch"))
         if ahead.total is not None and p >= ahead.total:
             return stretches
-        q = ahead.next_event(p)
-        end = ahead.total if q is None or (ahead.total is not None and q > ahead.total) else q
+        end = ahead.batches_until(p)
         batch = first.pop("train", ahead.unit["train"])
         unit = ahead.unit["train"]
         if end is None:  # nothing but batches ahead: enough of them to pass the horizon
@@ -224,8 +229,7 @@ def _epoch_ends(ahead: Ahead, horizon: float) -> list[tuple[float, dict[str, flo
         t += _run_pending(ahead, pending, first, spent, ("epoch",))
         if ahead.total is not None and p >= ahead.total:
             return ends
-        q = ahead.next_event(p)
-        end = ahead.total if q is None or (ahead.total is not None and q > ahead.total) else q
+        end = ahead.batches_until(p)
         if end is None:  # no epoch end ahead is known
             return ends
         seconds = first.pop("train", ahead.unit["train"]) + (end - p - 1) * ahead.unit["train"]
