@@ -21,10 +21,19 @@ its own shapes, and a generator's first layer (a 4x4 filter over a 1x1 latent) 2
 
 ``--time`` times each model's real AdamW step on this machine's GPU as ``data/steps.jsonl`` was
 timed (``profile_steps.build_step``: median of 10 after 5 warm-up steps) and appends one JSON line
-per model and precision. ``--score`` predicts every recorded line for the GPU it was timed on
+per model and precision, with this host's dispatch speed probed just before the step
+(``ptp_callback.probe.host_op_seconds``: seconds per tiny op on the GPU and on the CPU) and once per
+run as ``data/micro.json``'s reference host was (``host_launch_us_as_micro``). ``--score`` predicts every recorded line for the GPU it was timed on
 (traced on this CPU, with the engine as it is now) and prints each error, the MAPE, and how far each
 precision's predicted speed-up over 32-true is from the measured one. None of these models was
-used to fit a coefficient, so the score is a held-out figure.
+used to fit a coefficient, so the score is a held-out figure. Where a step was recorded with a
+host probe, it is also predicted with every host cost scaled by the probe (this host's time per
+tiny op over the reference host's), and the two are compared: whether probing a GPU machine's host
+before step one would make its predictions better. On the third H200 machine (2026-11-27, 60
+steps) it made them worse: 15.4% MAPE with the reference host's costs, 18.0% scaled. The probe
+read 6-12 us per op within one run, and fp32 steps ran faster than the reference host's costs
+say while autocast steps did not; so the callback does not probe it, and its calibration from the
+first measured steps corrects the host instead.
 """
 
 from __future__ import annotations
@@ -48,6 +57,10 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import ptp_callback as ptp  # noqa: E402
+from ptp_callback.predict import simulate  # noqa: E402
+from ptp_callback.probe import host_op_seconds, host_speed  # noqa: E402
+from ptp_callback.step import resolve_device  # noqa: E402
+from ptp_callback.tracer import trace_step  # noqa: E402
 
 Built = tuple[nn.Module, tuple, Callable[[nn.Module, tuple], torch.Tensor]]
 
@@ -253,9 +266,11 @@ def gemm_cover(ops: list) -> float:
 # A step counts as GPU-bound where its predicted host time is under this multiple of its device time.
 HOST_MARGIN = 1.15
 # The 35 architectures x 4 precisions, then five of them (those the first run missed most) timed again
-# in a later session on another H200 machine, in 32-true, bf16-mixed and 16-mixed.
+# in a later session on another H200 machine, in 32-true, bf16-mixed and 16-mixed; then 20 of them on
+# a third H200 machine in those three precisions, each step with the host probe timed beside it.
 TIMINGS = [os.path.join(HERE, "data", name)
-           for name in ("architectures_h200_2026-11-27.jsonl", "architectures_h200_2026-11-27_pm.jsonl")]
+           for name in ("architectures_h200_2026-11-27.jsonl", "architectures_h200_2026-11-27_pm.jsonl",
+                        "architectures_h200_2026-11-27_eve.jsonl")]
 
 
 def _as_spec(name: str) -> tuple:
@@ -271,6 +286,24 @@ def _release(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
+def _launch_us_as_micro(device: torch.device) -> float:
+    """Microseconds per small op timed as ``data/micro.json``'s ``launch_us_per_small_op`` was (the
+    reference host's 10.85 us): 1000 in-place adds between CUDA events, median of 5."""
+    if device.type != "cuda":
+        return 0.0
+    small = torch.randn(16, device=device)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    samples = []
+    for _ in range(6):
+        start.record()
+        for _ in range(1000):
+            small.add_(1.0)
+        end.record()
+        torch.cuda.synchronize()
+        samples.append(start.elapsed_time(end) * 1e3 / 1000)
+    return round(statistics.median(samples[1:]), 2)
+
+
 def time_models(names: list[str], precisions: list[str], out: str, profiles: str | None = None) -> int:
     """Time every model's real step here, one precision at a time over all models (so that an
     interrupted run has each model's 32-true first), appending a JSON line each; then, with
@@ -282,13 +315,18 @@ def time_models(names: list[str], precisions: list[str], out: str, profiles: str
     gpu = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
     failures = 0
     timed: dict[tuple[str, str], float] = {}
+    launch_us = _launch_us_as_micro(device)
     for precision in precisions:
         for name in names:
             record: dict[str, Any] = {"model": name, "precision": precision, "device": gpu,
-                                      "torch": torch.__version__, "date": time.strftime("%Y-%m-%d")}
+                                      "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
+                                      "host_launch_us_as_micro": launch_us}
             try:
-                record["step_s_median"] = timed[name, precision] = time_step(
-                    build_step(_as_spec(name), precision, device), device)
+                step = build_step(_as_spec(name), precision, device)
+                # This host's dispatch speed beside the step it times (hosts of one GPU kind differ)
+                record["host_small_op_s"], record["host_autograd_op_s"] = host_op_seconds(device)
+                record["host_cpu_small_op_s"], _ = host_op_seconds(torch.device("cpu"))
+                record["step_s_median"] = timed[name, precision] = time_step(step, device)
             except Exception as exc:  # noqa: BLE001 - one model's failure (memory, say) must not end the run
                 failures += 1
                 record["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
@@ -325,6 +363,7 @@ def score(files: list[str]) -> int:
     predicted: dict[tuple[str, str, str, int], float] = {}
     measured: dict[tuple[str, str, str, int], float] = {}
     step_of: dict[tuple[str, str, str], Any] = {}
+    probed: dict[tuple[str, str, str, int], float] = {}  # predicted with the host's recorded probe
     device_bound: dict[tuple[str, str, str, int], bool] = {}
     built: dict[str, Built] = {}
     for row in rows:
@@ -335,15 +374,22 @@ def score(files: list[str]) -> int:
             model, batch, loss = built[name]
             # The timed step set TF32 by its precision's name; the trace reads the flags from torch.
             torch.set_float32_matmul_precision("high" if precision == "32-tf32" else "highest")
-            step_of[name, precision, gpu] = ptp.predict_step(model, batch, loss, precision=precision, device=gpu,
-                                                             trace_on="cpu")
-        pred = step_of[name, precision, gpu]
+            spec, coef = resolve_device(gpu)
+            trace = trace_step(model, batch, loss, precision=precision, target_type="cuda", trace_on="cpu")
+            step_of[name, precision, gpu] = (trace, spec, coef, simulate(trace, spec, coef))
+        trace, spec, coef, pred = step_of[name, precision, gpu]
         key = (name, precision, gpu, row["run"])
         device_bound[key] = pred.host_s < HOST_MARGIN * pred.device_s
         predicted[key], measured[key] = pred.step_s, row["step_s_median"]
         error = pred.step_s / row["step_s_median"] - 1
-        print(f"{name:30s} {precision:11s} {gpu[:22]:22s} {1e3 * row['step_s_median']:9.2f} "
-              f"{1e3 * pred.step_s:9.2f} {100 * error:+6.1f}%", flush=True)
+        line = (f"{name:30s} {precision:11s} {gpu[:22]:22s} {1e3 * row['step_s_median']:9.2f} "
+                f"{1e3 * pred.step_s:9.2f} {100 * error:+6.1f}%")
+        if "host_small_op_s" in row:
+            # As the callback would predict it with this host's dispatch speed probed beside the step
+            speed = host_speed(row["host_small_op_s"], coef)
+            probed[key] = simulate(trace, spec, coef, {"host": speed}).step_s
+            line += f"   host {speed:.2f}x: {1e3 * probed[key]:9.2f} {100 * (probed[key] / measured[key] - 1):+6.1f}%"
+        print(line, flush=True)
     torch.set_float32_matmul_precision("highest")
     errors = [abs(predicted[k] / measured[k] - 1) for k in measured]
     if not errors:
@@ -361,6 +407,13 @@ def score(files: list[str]) -> int:
             print(f"  {'GPU-bound' if bound else 'host-bound':11s} {len(share):3d} steps, MAPE "
                   f"{100 * statistics.mean(share):5.1f}% (predicted host time {'under' if bound else 'at least'} "
                   f"{HOST_MARGIN}x the device time)")
+    if probed:
+        with_probe = [abs(probed[k] / measured[k] - 1) for k in probed]
+        without = [abs(predicted[k] / measured[k] - 1) for k in probed]
+        print(f"  the {len(probed)} steps recorded with a host probe: MAPE {100 * statistics.mean(without):.1f}% "
+              f"(median {100 * statistics.median(without):.1f}%) with the reference host's costs, "
+              f"{100 * statistics.mean(with_probe):.1f}% (median {100 * statistics.median(with_probe):.1f}%) "
+              "with them scaled by the probe")
     ratios = []
     for key in measured:
         base = (key[0], "32-true", *key[2:])

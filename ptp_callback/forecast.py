@@ -618,12 +618,16 @@ class RunForecaster:
         what is still to come or running there."""
         p = self.position
         running = self._val_open and self._last != "val_end"  # a run nobody planned is running
-        closed_pos, closed = self._saves_closed
-        saves = max(0, listed["save"] - (closed if closed_pos == p else 0))
+        saves = self._saves_not_made(listed["save"], p)
         if self._save_open and saves == 0:
             saves = 1  # a save the plan did not foresee is running
         return {"val": int(running or (listed["val"] > 0 and self._val_ended_at != p)), "save": saves,
                 "epoch": int(self._epoch_open_at is not None or (listed["epoch"] > 0 and self._epoch_closed_at != p))}
+
+    def _saves_not_made(self, listed: int, position: int) -> int:
+        """Of ``listed`` saves at ``position``, those not made yet (the saves closed there are done)."""
+        closed_pos, closed = self._saves_closed
+        return max(0, listed - (closed if closed_pos == position else 0))
 
     # -------------------------------------------------------------------------- answers
     def elapsed_s(self, now: float) -> float:
@@ -780,8 +784,7 @@ class RunForecaster:
         running = self._val_open and self._last != "val_end"
         validates = self._stop_validates(ahead, stop)
         left["val"] = next_left.get("val", 0.0) if running or (validates and self._val_ended_at != stop) else 0.0
-        closed_pos, closed = self._saves_closed
-        saves = max(0, self._saves_at_a_stop(ahead, stop, validates) - (closed if closed_pos == stop else 0))
+        saves = self._saves_not_made(self._saves_at_a_stop(ahead, stop, validates), stop)
         if self._save_open:
             left["save"] = next_left.get("save", 0.0) + max(0, saves - 1) * ahead.unit["save"]
         else:

@@ -191,6 +191,26 @@ def _measure(device: torch.device) -> ProbeResult:
     small_src = torch.randn(2**18, device=device)  # 1 MB
     small_dst = torch.empty_like(small_src)
     cache_copy_gbps = 2 * small_src.numel() * 4 / _timed(lambda: small_dst.copy_(small_src), device, 20) / 1e9
+    small_op_s, autograd_op_s = host_op_seconds(device)
+    element_s = {}
+    fault_s_per_byte = stream_copy_gbps = 0.0
+    if device.type == "cpu":
+        n = _ELEMENTS
+        element_s = {name: _timed(fn, device, 3) / n for name, fn in element_ops(n, device).items()}
+        for dtype, key in ((torch.bfloat16, "bf16"), (torch.float16, "fp16")):
+            ops = element_ops(n, device, dtype)
+            element_s.update({f"{name}:{key}": _timed(ops[name], device, 3) / n for name in HALF_ELEMENT_OPS})
+        fault_s_per_byte = _fault_seconds_per_byte(device)
+        stream_copy_gbps = _stream_copy_gbps(device)
+    return ProbeResult(_device_name(device), torch.__version__, torch.get_num_threads(), gemm, copy_gbps,
+                       small_op_s, autograd_op_s, time.perf_counter() - started, cache_copy_gbps, element_s,
+                       fault_s_per_byte, stream_copy_gbps, transposed)
+
+
+def host_op_seconds(device: torch.device) -> tuple[float, float]:
+    """Host seconds per small op issued from Python to ``device``, and per op of a tiny forward and
+    backward: on a GPU, how fast this host dispatches and launches (the ops are too small for the
+    device to be the limit). A few milliseconds; nothing is cached."""
     small = torch.zeros(16, device=device)
 
     def small_ops() -> None:
@@ -205,20 +225,7 @@ def _measure(device: torch.device) -> ProbeResult:
             loss = (weight * 2.0 + 1.0).sum()  # 3 forward ops, 3 backward ops
             loss.backward()
 
-    autograd_op_s = _timed(tiny_step, device, 3) / (50 * 6)
-    element_s = {}
-    fault_s_per_byte = stream_copy_gbps = 0.0
-    if device.type == "cpu":
-        n = _ELEMENTS
-        element_s = {name: _timed(fn, device, 3) / n for name, fn in element_ops(n, device).items()}
-        for dtype, key in ((torch.bfloat16, "bf16"), (torch.float16, "fp16")):
-            ops = element_ops(n, device, dtype)
-            element_s.update({f"{name}:{key}": _timed(ops[name], device, 3) / n for name in HALF_ELEMENT_OPS})
-        fault_s_per_byte = _fault_seconds_per_byte(device)
-        stream_copy_gbps = _stream_copy_gbps(device)
-    return ProbeResult(_device_name(device), torch.__version__, torch.get_num_threads(), gemm, copy_gbps,
-                       small_op_s, autograd_op_s, time.perf_counter() - started, cache_copy_gbps, element_s,
-                       fault_s_per_byte, stream_copy_gbps, transposed)
+    return small_op_s, _timed(tiny_step, device, 3) / (50 * 6)
 
 
 def _transposed_gemm_tflops(dtype: torch.dtype, device: torch.device) -> float:
