@@ -617,12 +617,16 @@ class RunForecaster:
         """Of the work ``listed`` at the current position (validation runs, saves, epoch starts),
         what is still to come or running there."""
         p = self.position
-        running = self._val_open and self._last != "val_end"  # a run nobody planned is running
+        running = self._val_running()  # (a run nobody planned may be running)
         saves = self._saves_not_made(listed["save"], p)
         if self._save_open and saves == 0:
             saves = 1  # a save the plan did not foresee is running
         return {"val": int(running or (listed["val"] > 0 and self._val_ended_at != p)), "save": saves,
                 "epoch": int(self._epoch_open_at is not None or (listed["epoch"] > 0 and self._epoch_closed_at != p))}
+
+    def _val_running(self) -> bool:
+        """Whether a validation run is running now (started, not yet ended)."""
+        return self._val_open and self._last != "val_end"
 
     def _saves_not_made(self, listed: int, position: int) -> int:
         """Of ``listed`` saves at ``position``, those not made yet (the saves closed there are done)."""
@@ -781,7 +785,7 @@ class RunForecaster:
         is the validation that stop runs and its saves (those not yet done), then the end."""
         for kind in ("train", "warmup", "epoch"):
             left[kind] = 0.0
-        running = self._val_open and self._last != "val_end"
+        running = self._val_running()
         validates = self._stop_validates(ahead, stop)
         left["val"] = next_left.get("val", 0.0) if running or (validates and self._val_ended_at != stop) else 0.0
         saves = self._saves_not_made(self._saves_at_a_stop(ahead, stop, validates), stop)
