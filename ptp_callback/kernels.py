@@ -22,7 +22,8 @@ broad shape grids (``benchmarks/fit_coefficients.py``), never on a model:
   NCHW<->NHWC conversions for tensor-core math (none for a 1x1 stride-1 convolution),
   plus the bias (forward: PyTorch adds it in a pass of its own; backward: one more reduction).
   On Hopper and Blackwell a convolution whose channels fill whole 64-channel tiles runs its
-  passes at the GEMM model's rate instead (:func:`runs_as_gemm`).
+  passes at the GEMM model's rate instead (:func:`runs_as_gemm`), and so does a grouped one
+  whose small groups cuDNN packs into whole channel tiles (:func:`packed_groups`).
   ``conv_dw``: depthwise convolutions run CUDA-core kernels whose time follows the multiply-adds
   (``flops`` at a fitted rate) or the bytes, whichever is longer: PyTorch's own kernel, or
   cuDNN's where PyTorch picks it (fp16 3x3 and 5x5, channels-last: :mod:`conv_dispatch`).
@@ -318,6 +319,45 @@ def runs_as_gemm(cost: OpCost, device: DeviceSpec) -> bool:
 _CONV_GEMM_DTYPES = frozenset(("tf32", "bf16", "fp16"))
 
 
+# Channels of one tile that cuDNN's Hopper grouped-convolution kernels pack whole groups into.
+_GROUP_TILE = {"bf16": 64, "fp16": 64, "tf32": 32}
+
+
+def packed_groups(cost: OpCost, device: DeviceSpec) -> int:
+    """How many groups cuDNN packs into one channel tile of a grouped convolution (0: it does not).
+
+    ResNeXt-50's grouped 3x3 convolutions (32 groups of 4, 8, 16 and 32 channels) ran on an H200
+    (``profiles_h200_2026-11-27_pm.jsonl``) as one cuDNN kernel per pass, named by the groups it
+    packs into a tile: ``_g16_``, ``_g8_``, ``_g4_``, ``_g2_`` in half precision (tiles of 64
+    channels), ``_g8_`` to ``_g1_`` in TF32 (32). Such a kernel is an implicit GEMM over the tile's
+    block-diagonal weight, zeros included: each stage's forward kernel took about what a dense
+    GEMM of that padded reduction takes, where the stages' own multiply-adds (all equal) would
+    have them equal. The op rows' grouped rates and cost per group were fitted on random channel
+    counts that none of these kernels serve (9, 17, 35 channels a group), run as slower kernels.
+    Taken to hold for a group's input and output channels alike dividing the tile, the output
+    channels filling whole tiles; a group of other widths keeps the fitted rule.
+    """
+    if cost.kernel != "grouped" or len(cost.dims) < 7 or device.arch not in STREAM_K_ARCHS:
+        return 0
+    _n, c_in, c_out, _ip, _op, _kernel, groups = cost.dims[:7]
+    tile = _GROUP_TILE.get(_family(device, cost.dtype), 0)
+    per_group = c_in // groups
+    if not tile or per_group * groups != c_in or c_out != c_in or tile % per_group or c_out % tile:
+        return 0
+    return tile // per_group
+
+
+def _packed_gemm(gemm: tuple[int, int, int, int], part: str, packing: int) -> tuple[int, int, int, int]:
+    """A pass's implicit GEMM when ``packing`` groups share one tile: fewer, wider GEMMs whose
+    block-diagonal weight tile is multiplied whole, zeros included."""
+    batch, m, n, k = gemm
+    if not batch:
+        return gemm
+    if part == "wgrad":
+        return (max(1, batch // packing), m * packing, n * packing, k)
+    return (max(1, batch // packing), m, n * packing, k * packing)
+
+
 def conv_pass_names(cost: OpCost) -> tuple[str, ...]:
     """The pass each of a convolution's implicit GEMMs runs (``cost.passes``; a record without them:
     the forward, or the backward's data and weight gradients)."""
@@ -352,8 +392,13 @@ def conv_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> fl
         passes = conv_pass_names(cost)
         pass_bytes = cost.pass_bytes or (cost.bytes / len(cost.gemms),) * len(cost.gemms)
         as_gemm = runs_as_gemm(cost, device)
+        gemms = cost.gemms
+        packing = packed_groups(cost, device)
+        if packing:
+            as_gemm = True
+            gemms = tuple(_packed_gemm(gemm, part, packing) for gemm, part in zip(gemms, passes))
         body = sum(max(conv_pass_seconds(cost, gemm, part, device, coef, as_gemm), nbytes / conv_bandwidth)
-                   for gemm, part, nbytes in zip(cost.gemms, passes, pass_bytes))
+                   for gemm, part, nbytes in zip(gemms, passes, pass_bytes))
     else:
         # A CPU's convolution kernels (oneDNN) have an efficiency per family and direction.
         scale = pick(coef.conv_eff, ("conv", kind, direction if _cpu_rooflines(coef) else "fwd", family), 0.8)
@@ -364,7 +409,7 @@ def conv_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> fl
     layout = memory_seconds(cost.layout_bytes * passes_of_layout, device, coef, "elementwise", cost.dtype)
     aux = _bias_seconds(cost, device, coef, per_element=True)
     latency = pick(coef.latency_s, ("conv", kind, direction), 0.0)
-    if kind == "grouped" and cost.dims:
+    if kind == "grouped" and cost.dims and not packing:
         latency += cost.dims[6] * pick(coef.latency_s, ("conv", kind, "per_group"), 0.0)
     return body + layout + aux + latency
 

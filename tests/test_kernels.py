@@ -20,6 +20,7 @@ from ptp_callback.kernels import (
     kernel_seconds,
     math_dtype,
     memory_seconds,
+    packed_groups,
     peak_flops,
     recurrent_seconds,
     runs_as_gemm,
@@ -337,6 +338,37 @@ def test_a_convolution_whose_channels_fill_64_channel_tiles_runs_at_the_gemm_rat
         wave_seconds(*dgrad, "tf32", TOY, coef))
     assert conv_pass_seconds(tf32, wgrad, "wgrad", TOY, coef, True) == pytest.approx(
         wave_seconds(*wgrad, "tf32", TOY, coef, 0.4))
+
+
+def test_cudnn_packs_small_groups_into_whole_channel_tiles_on_hopper():
+    with FakeTensorMode():
+        x = torch.empty(32, 128, 28, 28, dtype=torch.bfloat16)
+        four = _conv_cost(x, 128, groups=32)  # ResNeXt's 4 channels a group: 16 groups to a 64-channel tile
+        sixteen = _conv_cost(x, 128, groups=8)  # 4 groups to a tile
+        backward = _conv_cost(x, 128, groups=32, backward=True)
+        odd = _conv_cost(torch.empty(32, 144, 28, 28, dtype=torch.bfloat16), 144, groups=16)  # 9 a group
+        widening = _conv_cost(x, 256, groups=32)  # 4 channels in, 8 out
+        w = torch.empty(128, 4, 3, 3)
+        conv = (torch.empty(32, 128, 28, 28), w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 32)
+        tf32 = describe_op(torch.ops.aten.convolution.default, conv, {}, torch.ops.aten.convolution.default(*conv),
+                           matmul_tf32=False, conv_tf32=True, phase="forward")
+    assert (packed_groups(four, TOY), packed_groups(sixteen, TOY), packed_groups(tf32, TOY)) == (16, 4, 8)
+    assert packed_groups(odd, TOY) == packed_groups(widening, TOY) == 0
+    assert packed_groups(four, replace(TOY, arch="ampere")) == 0
+
+    def seconds(cost: OpCost, coef: CostCoefficients = COEF) -> float:
+        return kernel_seconds(OpRecord("aten.convolution.default", "backward" if cost.backward else "forward", "", cost),
+                              TOY, coef)
+
+    # The tile is multiplied whole, zeros included: 4-channel groups cost what 16-channel ones do,
+    # four times their own multiply-adds.
+    assert four.flops == sixteen.flops / 4
+    assert seconds(four) == pytest.approx(seconds(sixteen), rel=0.02)
+    # One kernel a pass, not a loop over the groups: only unpacked groups pay a launch each.
+    per_group = replace(COEF, latency_s={"conv:grouped:per_group": 1e-3})
+    assert seconds(four, per_group) == pytest.approx(seconds(four))
+    assert seconds(backward, per_group) == pytest.approx(seconds(backward))
+    assert seconds(odd, per_group) == pytest.approx(seconds(odd) + 16e-3)
 
 
 def test_a_strided_convolutions_data_gradient_runs_only_the_taps_that_reach_each_input_pixel():
