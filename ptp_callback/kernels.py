@@ -386,6 +386,7 @@ def conv_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> fl
     kind = cost.kernel or "dense"
     direction = "bwd" if cost.backward else "fwd"
     conv_bandwidth = stream_rate(device, coef, pick(coef.mem_eff, ("conv", kind, direction), 0.8))
+    packing = packed_groups(cost, device)
     if cost.gemms and not _cpu_rooflines(coef):
         # One kernel per pass, each bound by its own GEMM or its own bytes: a backward's data
         # gradient may be compute-bound while its weight gradient streams the activations.
@@ -393,7 +394,6 @@ def conv_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> fl
         pass_bytes = cost.pass_bytes or (cost.bytes / len(cost.gemms),) * len(cost.gemms)
         as_gemm = runs_as_gemm(cost, device)
         gemms = cost.gemms
-        packing = packed_groups(cost, device)
         if packing:
             as_gemm = True
             gemms = tuple(_packed_gemm(gemm, part, packing) for gemm, part in zip(gemms, passes))

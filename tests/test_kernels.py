@@ -369,6 +369,10 @@ def test_cudnn_packs_small_groups_into_whole_channel_tiles_on_hopper():
     assert seconds(four, per_group) == pytest.approx(seconds(four))
     assert seconds(backward, per_group) == pytest.approx(seconds(backward))
     assert seconds(odd, per_group) == pytest.approx(seconds(odd) + 16e-3)
+    # A CPU runs its own kernels: nothing is packed, the convolution is priced all the same.
+    cpu, cpu_coef = _toy_cpu()
+    assert packed_groups(four, cpu) == 0
+    assert kernel_seconds(OpRecord("aten.convolution.default", "forward", "", four), cpu, cpu_coef) > 0
 
 
 def test_a_strided_convolutions_data_gradient_runs_only_the_taps_that_reach_each_input_pixel():
