@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .allocator import settle_cpu_allocator
 from .coefficients import CostCoefficients
 from .devices import DeviceSpec
 from .host_costs import CPU_HOST, H100_HOST, HostCosts, cpu_host, probe_host, spare_cpu_cores
@@ -94,6 +95,8 @@ def predict_run(
     ``val_workers_live_on``: a validation run's loader workers outlive it (see
     :func:`~ptp_callback.run_plan.plan_run`).
     """
+    if run_device is not None and run_device.type == "cpu":
+        settle_cpu_allocator()  # the allocator state the CPU cost model assumes, for the whole fit
     spec, coef = resolve_device(device)
     target_type = "cpu" if spec.arch == "cpu" else "cuda"
     on_gpu = target_type == "cuda"
