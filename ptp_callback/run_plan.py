@@ -93,7 +93,9 @@ class LoaderFacts:
 
     ``load_s``: seconds to build one batch in the training process (reading and collating the
     items: measured on an example batch); ``batch_bytes``: the bytes of one batch's tensors;
-    ``pin_memory``: the loader delivers batches in page-locked memory.
+    ``pin_memory``: the loader delivers batches in page-locked memory; ``worker_batch_s``: on a CPU
+    fit, what a batch from the workers costs the step (measured:
+    :func:`~ptp_callback.host_costs.worker_batch_seconds`; 0: not measured).
     """
 
     num_workers: int = 0
@@ -101,6 +103,7 @@ class LoaderFacts:
     load_s: float = 0.0
     batch_bytes: int = 0
     pin_memory: bool = False
+    worker_batch_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -214,12 +217,16 @@ def _data_wait(loader: LoaderFacts, compute_s: float, spare_cores: int | None = 
     """Seconds a batch waits for data: all of its loading without workers; with ``n`` workers
     only what they cannot hide behind the step. On a CPU fit the workers share the cores with
     the step: what the idle cores cannot hold takes the step's cores from it (on a 2-core machine
-    with 2 intra-op threads, all of it: workers there were no faster than loading in the loop)."""
+    with 2 intra-op threads, all of it: workers there were no faster than loading in the loop). Where
+    it was measured (``worker_batch_s``), that cost stands instead: on a 2-core machine it was many
+    times the batch's build time."""
     if loader.num_workers <= 0:
         return loader.load_s
     behind = max(0.0, loader.load_s / loader.num_workers - compute_s)
     if spare_cores is None:
         return behind
+    if loader.worker_batch_s:  # measured on this machine: receiving the batch, and the cores taken
+        return max(behind, loader.worker_batch_s)
     return max(behind, loader.load_s - spare_cores * compute_s)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -19,7 +19,7 @@ import torch
 from .allocator import settle_cpu_allocator
 from .coefficients import CostCoefficients
 from .devices import DeviceSpec
-from .host_costs import CPU_HOST, H100_HOST, HostCosts, cpu_host, probe_host, spare_cpu_cores
+from .host_costs import CPU_HOST, H100_HOST, HostCosts, cpu_host, probe_host, spare_cpu_cores, worker_batch_seconds
 from .precision import PrecisionSpec
 from .predict import StepPrediction, simulate
 from .run_plan import LoaderFacts, RunPlan, StepCosts, plan_run
@@ -121,6 +121,8 @@ def predict_run(
                               num_workers=max(train_loader.num_workers, val_loader.num_workers), device=run_device)
         else:
             host = base
+    if not on_gpu and run_device is not None and run_device.type == "cpu":
+        train_loader, val_loader = _with_worker_costs(train_loader), _with_worker_costs(val_loader)
     comm_s = communication(step, spec) if communication is not None else 0.0
     checkpoint_bytes = 0.0
     state_bytes = float(trace.param_bytes + trace.optimizer_state_bytes)
@@ -137,6 +139,13 @@ def predict_run(
                     val_workers_live_on=val_workers_live_on)
     return RunPrediction(trace, step, val_step, plan, spec, coef, host, checkpoint_bytes, 0.0 if cached else trace_s,
                          cached, list(trace.notes))
+
+
+def _with_worker_costs(loader: LoaderFacts) -> LoaderFacts:
+    """A CPU fit's loader with what its workers' batches cost the step, measured here (cached)."""
+    if loader.num_workers <= 0 or loader.worker_batch_s:
+        return loader
+    return replace(loader, worker_batch_s=worker_batch_seconds(loader.num_workers, loader.batch_bytes, loader.load_s))
 
 
 def step_memory_bytes(trace: Trace) -> float:

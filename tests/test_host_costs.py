@@ -70,6 +70,18 @@ def test_a_gpu_host_probes_its_input_copies_from_pageable_and_pinned_memory(cach
     assert costs.input_rate(False) == costs.input_bytes_per_s
 
 
+def test_what_worker_batches_cost_a_cpu_step_is_measured_with_real_workers_and_cached(cache):
+    state = torch.random.get_rng_state()
+    cost = host_costs.worker_batch_seconds(2, 400_000, 0.0006, batches=10)
+    assert 0.0 <= cost < 1.0
+    assert torch.equal(torch.random.get_rng_state(), state)  # the loader's seed draw and the operands restored
+    files = os.listdir(cache)
+    assert len(files) == 1
+    # Batches of about the same size and build time share the measurement.
+    assert host_costs.worker_batch_seconds(2, 420_000, 0.00061, batches=10) == cost
+    assert os.listdir(cache) == files
+
+
 def test_without_workers_or_checkpoints_nothing_is_probed(cache):
     assert probe_host(H100_HOST).loader_start_s == H100_HOST.loader_start_s
     assert not cache.exists()

@@ -74,6 +74,20 @@ def test_on_a_cpu_workers_hide_only_what_the_cores_the_step_leaves_idle_can_hold
     assert short.train_batch_s == pytest.approx(0.015 + 0.004 + 0.015)
 
 
+def test_on_a_cpu_what_the_workers_batches_were_measured_to_cost_the_step_stands():
+    # A 2-core VM: 0.6 ms to build a batch, 4 ms what 2 workers' batches cost the step.
+    loader = LoaderFacts(num_workers=2, load_s=0.0006, worker_batch_s=0.004)
+    plan = plan_run(StepCosts(0.013), None, HOST, on_gpu=False, train_loader=loader, spare_cores=0)
+    assert plan.train_batch_s == pytest.approx(0.013 + 0.004 + 0.004)
+    # Workers slower than the step still make it wait for them.
+    slow = replace(loader, load_s=0.1)
+    assert plan_run(StepCosts(0.013), None, HOST, on_gpu=False, train_loader=slow,
+                    spare_cores=0).train_batch_s == pytest.approx(0.013 + 0.004 + (0.1 / 2 - 0.013))
+    # A GPU step leaves the cores to the workers: nothing measured there applies.
+    gpu = plan_run(StepCosts(0.013), None, HOST, on_gpu=True, train_loader=loader)
+    assert gpu.train_batch_s == pytest.approx(0.013 + 0.004)
+
+
 def test_persistent_workers_start_once_and_a_started_loader_costs_its_first_epoch_nothing():
     persistent = plan_run(StepCosts(0.1), None, HOST, on_gpu=True,
                           train_loader=LoaderFacts(num_workers=4, persistent_workers=True))
