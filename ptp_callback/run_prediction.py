@@ -145,7 +145,11 @@ def _with_worker_costs(loader: LoaderFacts) -> LoaderFacts:
     """A CPU fit's loader with what its workers' batches cost the step, measured here (cached)."""
     if loader.num_workers <= 0 or loader.worker_batch_s:
         return loader
-    return replace(loader, worker_batch_s=worker_batch_seconds(loader.num_workers, loader.batch_bytes, loader.load_s))
+    try:
+        cost = worker_batch_seconds(loader.num_workers, loader.batch_bytes, loader.load_s)
+    except Exception:  # noqa: BLE001 - workers that cannot start here: the plan's estimate from the build time stands
+        return loader
+    return replace(loader, worker_batch_s=cost)
 
 
 def step_memory_bytes(trace: Trace) -> float:

@@ -105,3 +105,15 @@ def test_spare_cores_are_those_the_intra_op_threads_leave_idle():
         assert spare_cpu_cores() == 0
     finally:
         torch.set_num_threads(threads)
+
+
+def test_workers_that_cannot_start_leave_the_plan_its_estimate_from_the_build_time(cache, monkeypatch):
+    from ptp_callback.run_plan import LoaderFacts
+    from ptp_callback.run_prediction import _with_worker_costs
+
+    def cannot_start(*args, **kwargs):
+        raise RuntimeError("DataLoader worker (pid 1) exited unexpectedly")
+
+    monkeypatch.setattr(host_costs, "_worker_batch_s", cannot_start)
+    loader = LoaderFacts(num_workers=2, load_s=0.001, batch_bytes=1000)
+    assert _with_worker_costs(loader) == loader
