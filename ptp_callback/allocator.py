@@ -2,14 +2,15 @@
 
 glibc's ``malloc`` serves a request above its *mmap threshold* (128 KiB when a process starts)
 with pages fresh from the operating system, and unmaps them when the block is freed. Freeing such
-a block of up to 32 MiB raises the threshold to that block's size. Until a process has freed one,
-each tensor a CPU training step allocates between 128 KiB and a few MiB is mapped, zeroed and
-unmapped again, every step.
+a block of up to 32 MiB raises the threshold to that block's size; importing torch frees blocks of
+1-2 MiB only. Until a process has freed a larger one, each tensor a CPU training step allocates
+above the threshold and below 32 MiB is mapped, zeroed and unmapped again, every step.
 
-On a 2-thread Xeon (2026-11-27) that made the same CPU fit 15-20% slower (an MLP in a plain loop:
-9.9 ms a step, 7.5 ms once a block had been freed). A fit usually leaves that state by chance:
-at its first checkpoint save, or when its data is loaded through temporary buffers. So its speed
-changed in the middle of the fit, and the ETA had to catch up.
+On a 2-thread Xeon (2026-11-27, ``benchmarks/allocator_state.py``) the demo's MLP step took 4,650
+page faults and 17.8 ms in a plain loop, none and 11.9 ms once a block had been freed; its whole
+fit 14.4 s against 10.7 s. A fit usually leaves that state by chance: at its first checkpoint
+save, or when its data is loaded through temporary buffers. So its speed changed in the middle
+of the fit, and the ETA had to catch up.
 
 :func:`settle_cpu_allocator` frees one such block before a CPU fit starts. The whole fit then
 runs as it would after that first save, and as predicted. The cost model prices tensors below
