@@ -95,7 +95,8 @@ def predict_run(
     ``val_workers_live_on``: a validation run's loader workers outlive it (see
     :func:`~ptp_callback.run_plan.plan_run`).
     """
-    if run_device is not None and run_device.type == "cpu":
+    trains_on_cpu = run_device is not None and run_device.type == "cpu"
+    if trains_on_cpu:
         settle_cpu_allocator()  # the allocator state the CPU cost model assumes, for the whole fit
     spec, coef = resolve_device(device)
     target_type = "cpu" if spec.arch == "cpu" else "cuda"
@@ -121,7 +122,7 @@ def predict_run(
                               num_workers=max(train_loader.num_workers, val_loader.num_workers), device=run_device)
         else:
             host = base
-    if not on_gpu and run_device is not None and run_device.type == "cpu":
+    if trains_on_cpu and not on_gpu:
         train_loader, val_loader = _with_worker_costs(train_loader), _with_worker_costs(val_loader)
     comm_s = communication(step, spec) if communication is not None else 0.0
     checkpoint_bytes = 0.0
