@@ -146,7 +146,7 @@ def probe_host(
         start = _cached(f"loader-{num_workers}-{_start_method()}", lambda: {"s": _loader_start_s(num_workers)}, cache)
         costs = replace(costs, loader_start_s=start["s"])
         if device is None or device.type == "cpu":  # a GPU step writes the device's memory, not the host's
-            fork = _cached(f"fork-write-fastest-{_start_method()}", lambda: {"s_per_byte": _fork_write_s_per_byte()}, cache)
+            fork = _cached(f"fork-write-1mb-tensors-{_start_method()}", lambda: {"s_per_byte": _fork_write_s_per_byte()}, cache)
             costs = replace(costs, fork_write_s_per_byte=fork["s_per_byte"])
     if checkpoint_dir:
         how = "buffered" if buffered_saves else "direct"
@@ -184,9 +184,12 @@ def _cached(key: str, measure, cache: bool) -> dict[str, float]:  # noqa: ANN001
 
 
 def _start_method() -> str:
+    """How loader workers will start: the method set, else the platform's default (the first listed),
+    named without fixing it, so that the cache key is the same before and after a loader's first
+    workers have fixed it."""
     import multiprocessing
 
-    return multiprocessing.get_start_method(allow_none=True) or "default"
+    return multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
 
 
 class _One(torch.utils.data.Dataset):
@@ -279,12 +282,19 @@ def _worker_batch_s(num_workers: int, batch_bytes: int, load_s: float, batches: 
     return max(0.0, fed - alone) / batches
 
 
-def _fork_write_s_per_byte(nbytes: int = 16 * 2**20, trials: int = 3) -> float:
+def _fork_write_s_per_byte(nbytes: int = 16 * 2**20, tensor_bytes: int = 2**20, trials: int = 3) -> float:
     """Seconds per byte that rewriting memory takes while a loader worker runs, beyond rewriting it
     alone: a forked worker maps the parent's pages until it exits, and the parent's first write to
-    each makes the operating system copy it (2.5 ns a byte on a 2-thread Xeon VM, 150x the write
-    itself: a GPT-2 fit's first batch of each epoch took 1.1 s instead of 0.17). Under the
-    ``spawn`` start method workers share no pages, and this measures about 0.
+    each makes the operating system copy it (a GPT-2 fit's first batch of each epoch on a 2-thread
+    Xeon VM took 1.1 s instead of 0.17). Under the ``spawn`` start method workers share no pages,
+    and this measures about 0.
+
+    ``nbytes`` are rewritten as tensors of ``tensor_bytes``, each an op of its own as in a step:
+    the copies cost more per byte in tensors of a step's sizes than in one large one, where the
+    threads fault in long runs. On that VM (2 threads, 2026-11-28) one 16 MB tensor took 2.5-3.3 ns
+    a byte, tensors of 4 MB 2.9-3.4, of 1 MB 4.1-4.6, of 256 KB 5.1-5.4; the first batches of six
+    Lightning fits' later epochs took 14.5-19.1 us per copied 4 KiB page, 3.5-4.7 ns a byte
+    (``benchmarks/fork_copies.py``).
 
     The fastest of ``trials`` rewrites alone against the fastest of ``trials`` forks: other
     processes only ever add time, and one reading taken while they held the cores came out at
@@ -292,17 +302,19 @@ def _fork_write_s_per_byte(nbytes: int = 16 * 2**20, trials: int = 3) -> float:
     8 test processes, 2026-11-27). The result is cached for good."""
     alone, shared = [], []
     for _ in range(trials):
-        buffer = torch.empty(nbytes // 4).fill_(1.0)
+        tensors = [torch.empty(tensor_bytes // 4).fill_(1.0) for _ in range(max(1, nbytes // tensor_bytes))]
         started = time.perf_counter()
-        buffer.fill_(2.0)
+        for tensor in tensors:
+            tensor.fill_(2.0)
         alone.append(time.perf_counter() - started)
         iterator = iter(torch.utils.data.DataLoader(_One(), batch_size=1, num_workers=1))
-        next(iterator)  # the worker runs: it maps the buffer's pages too
+        next(iterator)  # the worker runs: it maps the tensors' pages too
         started = time.perf_counter()
-        buffer.fill_(3.0)
+        for tensor in tensors:
+            tensor.fill_(3.0)
         shared.append(time.perf_counter() - started)
         del iterator  # shuts the worker down
-    return max(0.0, min(shared) - min(alone)) / nbytes
+    return max(0.0, min(shared) - min(alone)) / (len(tensors) * tensor_bytes)
 
 
 def _filesystem_key(directory: str) -> str:

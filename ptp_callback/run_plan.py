@@ -17,7 +17,10 @@ which the forecaster multiplies by the schedule's counts:
   workers map (``HostCosts.fork_write_s_per_byte``: it lands in the epoch's first batch);
 * a checkpoint save: fixed cost, GPU tensors copied to the host, bytes written;
 * the sanity check: the validation loader's start and its batches;
-* the first batches' warm-up on a GPU and the end's teardown (moving the model back to the CPU).
+* the first batches' warm-up: on a GPU kernel loading and cuDNN's heuristics; on a CPU fit with
+  loader workers the first epoch's copy of the step's memory, as at a later epoch's start (the
+  first epoch's workers are forked too, and the sanity check's validation workers live on);
+* the end's teardown (moving the model back to the CPU).
 """
 
 from __future__ import annotations
@@ -184,11 +187,19 @@ def plan_run(
     save = host.save_fixed_s + copy_s + checkpoint_bytes / host.write_bytes_per_s if checkpoint_bytes else 0.0
     later_save = save + (checkpoint_bytes / host.remove_bytes_per_s if saves_replace_previous else 0.0)
     warmup = sanity_warmup = 0.0
+    workers = train_loader.num_workers > 0 or (val is not None and val_loader.num_workers > 0)
     if on_gpu:
         warmup = GPU_WARMUP_TRAIN_S[0] + autocast * GPU_WARMUP_TRAIN_S[1]
         sanity_warmup = GPU_WARMUP_SANITY_S[0] + autocast * GPU_WARMUP_SANITY_S[1]
+    elif workers:
+        # The first epoch's first batch writes over pages that its forked workers map, as a later
+        # epoch's does (a persistent loader's too: its workers start with that epoch). Priced as a
+        # later epoch's: before the first step fewer of the step's pages exist to be shared, and on
+        # a 2-thread Xeon (2026-11-28, 2 workers) the first epoch's took 0.3-1.1x what the later
+        # epochs' first batches took beyond a steady one in six fits without a sanity check
+        # (benchmarks/fork_copies.py), 0.2-1.2x in three with one (benchmarks/lightning_eta.py).
+        warmup = fork_write
     sanity = val_start + sanity_batches * val_batch + sanity_warmup if sanity_batches else 0.0
-    workers = train_loader.num_workers > 0 or (val is not None and val_loader.num_workers > 0)
     end = host.end_s - (0.0 if workers else host.end_workers_s)
     end += state_bytes_to_cpu_at_end / host.copy_bytes_per_s if on_gpu else 0.0
     return RunPlan(

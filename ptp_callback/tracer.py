@@ -57,6 +57,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import grouped_gemm
+from .live_memory import LiveBytes
 from .attention import run_sdpa
 from .known_values import (ValuedFakeTensorMode, is_nms, known_number, reads_as_median, sized_by_values, spread_evenly,
                            valued_fake)
@@ -190,6 +191,9 @@ class Trace:
     # Ops sized by values the trace does not have, taken at their largest (``known_values.py``),
     # with their count: warned about.
     taken_largest: dict[str, int] = field(default_factory=dict)
+    # The most bytes the step's new tensors (activations, gradients, the optimizer's temporaries)
+    # held at once (``live_memory.py``); the parameters and optimizer state come on top.
+    peak_new_bytes: int = 0
 
     @property
     def unknown_ops_note(self) -> str | None:
@@ -279,6 +283,7 @@ class _Recorder(TorchDispatchMode):
         self.module_calls = 0
         self.failed_op: str | None = None
         self.unknown: dict[str, int] = {}  # ops the cost model has no rule for, and how often
+        self.live = LiveBytes()  # what the step's new tensors hold at once
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         if func is _PRIM_DEVICE and args and isinstance(args[0], FakeTensor):
@@ -344,6 +349,7 @@ class _Recorder(TorchDispatchMode):
         out_shapes, out_dtypes = _meta_of(outputs)
         self.ops.append(OpRecord(name, self.phase, self.module_of(), cost, in_shapes, in_dtypes,
                                  out_shapes, out_dtypes, self.views, self.module_calls, replay=replay))
+        self.live.track(inputs, outputs)
         self.views = 0
         self.module_calls = 0
 
@@ -831,6 +837,7 @@ def _trace(
         unknown_ops=dict(recorder.unknown),
         taken_largest=dict(mode.taken_largest) if isinstance(mode, ValuedFakeTensorMode) else {},
         hazards=hazards,
+        peak_new_bytes=recorder.live.peak,
     )
 
 

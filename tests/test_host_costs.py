@@ -41,6 +41,21 @@ def test_a_second_probe_reads_the_cache(tmp_path, cache):
     assert second == first and sorted(os.listdir(cache)) == files
 
 
+def test_the_probes_cache_key_is_the_same_before_and_after_a_loaders_workers_fix_the_start_method():
+    """In a fresh process no start method is set until a loader's first workers set the default:
+    a key read from the setting alone changed then, and the second fit in a process probed again."""
+    import subprocess
+    import sys
+
+    code = ("import torch.utils.data as d, multiprocessing as mp\n"
+            "from ptp_callback.host_costs import _start_method\n"
+            "before, unset = _start_method(), mp.get_start_method(allow_none=True) is None\n"
+            "list(d.DataLoader(list(range(4)), num_workers=1))\n"
+            "print(unset, before == _start_method())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["True", "True"]
+
+
 def test_saves_through_memory_are_probed_and_cached_apart_from_direct_ones(tmp_path, cache):
     direct = probe_host(CPU_HOST, checkpoint_dir=str(tmp_path))
     buffered = probe_host(CPU_HOST, checkpoint_dir=str(tmp_path), buffered_saves=True)

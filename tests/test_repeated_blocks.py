@@ -78,6 +78,7 @@ def test_extrapolated_trace_equals_the_full_trace(precision, optimizer):
     assert (quick.param_count, quick.param_tensors, quick.trainable_tensors, quick.param_bytes) == (
         full.param_count, full.param_tensors, full.trainable_tensors, full.param_bytes)
     assert quick.optimizer_state_bytes == full.optimizer_state_bytes
+    assert quick.peak_new_bytes == full.peak_new_bytes > 0  # each block's activations held to backward
 
 
 def test_multi_tensor_launches_are_recounted_not_grown():
@@ -211,6 +212,7 @@ def test_gpt2_layers_are_extrapolated_exactly():
         full = trace_step(model, ids, step, None, precision, target_type="cuda", trace_on="cpu",
                           extrapolate_repeats=False)
         assert shortened(quick) and work(quick) == work(full)
+        assert quick.peak_new_bytes == pytest.approx(full.peak_new_bytes, rel=0.01)
 
 
 @torch.library.custom_op("ptp_test::block_shift", mutates_args=())

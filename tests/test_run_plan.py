@@ -112,16 +112,18 @@ def test_a_validation_loaders_persistent_workers_start_with_the_sanity_check_onl
 def test_a_cpu_step_copies_its_memory_once_after_each_epochs_new_forked_workers():
     """A forked worker maps the training process's pages until it exits, so the first step of each
     epoch copies every page it writes: a 4-layer GPT-2 on a 2-thread Xeon VM took 1.1 s for the
-    first batch of epochs 2 and 3 against 0.17 for the others, and none with persistent workers."""
+    first batch of epochs 2 and 3 against 0.17 for the others, and none with persistent workers
+    (but in the first epoch, whose workers those are)."""
     host = replace(HOST, fork_write_s_per_byte=2.5e-9)
     memory = 400e6
     plan = plan_run(StepCosts(0.15), None, host, on_gpu=False, train_loader=LoaderFacts(num_workers=2),
                     loader_started_before_first_epoch=True, step_memory_bytes=memory)
     assert plan.epoch_s == pytest.approx(0.5 + memory * 2.5e-9)
-    assert plan.first_epoch_s == 0.0  # the first epoch's copies are its first batches' warm-up, measured
+    # The first epoch's workers are already running: its copies are its first batches' warm-up.
+    assert plan.first_epoch_s == 0.0 and plan.warmup_s == pytest.approx(memory * 2.5e-9)
     persistent = plan_run(StepCosts(0.15), None, host, on_gpu=False, step_memory_bytes=memory,
                           train_loader=LoaderFacts(num_workers=2, persistent_workers=True))
-    assert persistent.epoch_s == 0.0
+    assert persistent.epoch_s == 0.0 and persistent.warmup_s == pytest.approx(memory * 2.5e-9)  # forked once
     on_gpu = plan_run(StepCosts(0.15), None, host, on_gpu=True, train_loader=LoaderFacts(num_workers=2),
                       step_memory_bytes=memory)
     assert on_gpu.epoch_s == pytest.approx(0.5)  # a GPU step writes device memory
@@ -147,6 +149,7 @@ def test_a_cpu_step_copies_its_memory_again_after_each_validation_runs_new_forke
 
 
 def test_a_cpu_steps_memory_is_its_parameters_gradients_optimizer_state_and_activations():
+    """Many activations, no optimizer state: what the step writes is its peak of new tensors."""
     import torch
 
     from ptp_callback.precision import PrecisionSpec
@@ -154,12 +157,36 @@ def test_a_cpu_steps_memory_is_its_parameters_gradients_optimizer_state_and_acti
     from ptp_callback.tracer import trace_step
 
     model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10))
-    batch = torch.randn(64, 256)
-    trace = trace_step(model, batch, lambda m, b: m(b).sum(), torch.optim.Adam(model.parameters()),
+    batch = torch.randn(1024, 256)
+    trace = trace_step(model, batch, lambda m, b: m(b).sum(), torch.optim.SGD(model.parameters(), lr=0.1),
                        PrecisionSpec.from_setting("32-true"), target_type="cpu")
     params = sum(p.numel() for p in model.parameters()) * 4
-    forward = (64 * 1024 * 2 + 64 * 10 + 1) * 4  # the first layer's output, the ReLU's, the logits, the loss
-    assert step_memory_bytes(trace) == pytest.approx(2 * params + 2 * params + forward, rel=0.01)
+    forward = (1024 * 1024 * 2 + 1024 * 10 + 1) * 4  # the first layer's output, the ReLU's, the logits, the loss
+    hidden = 1024 * 1024 * 4
+    # At its peak the step holds the ReLU's output, its gradient and the gradient before the ReLU:
+    # more than the forward's tensors (the first layer's output is freed once the ReLU has read it).
+    assert trace.peak_new_bytes == pytest.approx(3 * hidden, rel=0.01)
+    assert step_memory_bytes(trace) == pytest.approx(params + 3 * hidden, rel=0.01)
+    assert step_memory_bytes(trace) > 2 * params + forward
+
+
+def test_a_cpu_steps_memory_counts_the_gradients_and_the_updates_temporaries_where_they_are_more():
+    """Few activations, much state: the step writes its gradients and the temporaries of Adam's
+    per-parameter update (the square root and its division) over pages the last step used."""
+    import torch
+
+    from ptp_callback.precision import PrecisionSpec
+    from ptp_callback.run_prediction import step_memory_bytes
+    from ptp_callback.tracer import trace_step
+
+    model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10))
+    trace = trace_step(model, torch.randn(8, 256), lambda m, b: m(b).sum(), torch.optim.Adam(model.parameters()),
+                       PrecisionSpec.from_setting("32-true"), target_type="cpu")
+    params = sum(p.numel() for p in model.parameters()) * 4
+    largest = 1024 * 256 * 4
+    assert trace.optimizer_state_bytes == pytest.approx(2 * params, rel=0.001)  # and the step counts
+    assert trace.peak_new_bytes == pytest.approx(params + 2 * largest, rel=0.01)
+    assert step_memory_bytes(trace) == pytest.approx(params + 2 * params + params + 2 * largest, rel=0.01)
 
 
 @pytest.mark.parametrize("hidden, seq", [(256, 64), (128, 40)])

@@ -1,0 +1,81 @@
+"""The most memory a traced step's new tensors hold at once.
+
+A trace runs the step's real Python on fake tensors, so the fake tensors live and die as the real
+ones would: an activation is freed once backward has used it, a gradient of an activation once
+the layer below has read it. Following the storages the recorded ops create (not those they write
+in place: a parameter's update, an optimizer moment's) until they are freed gives the step's peak
+of new memory: activations, gradients and the optimizer's temporaries.
+
+A CPU fit needs it: after a DataLoader forks its workers, the training process's first write to
+each page it shares with them makes the operating system copy that page, and a step writes every
+page its peak once held (:func:`~ptp_callback.run_prediction.step_memory_bytes`).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    found, stack = [], [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            found.append(item)
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+    return found
+
+
+def _storage(tensor: torch.Tensor) -> Any:
+    try:
+        return tensor.untyped_storage()
+    except (RuntimeError, NotImplementedError, TypeError):  # a tensor without storage (sparse, nested)
+        return None
+
+
+class LiveBytes:
+    """Bytes of the storages that recorded ops created and that are still alive, and their peak.
+
+    >>> live = LiveBytes()
+    >>> a = torch.empty(256)
+    >>> live.track((), a)
+    >>> b = torch.empty(512)
+    >>> live.track((a,), b)
+    >>> live.track((b,), b.add_(1))  # written in place: not new
+    >>> live.now, live.peak
+    (3072, 3072)
+    >>> del a
+    >>> live.now, live.peak
+    (2048, 3072)
+    """
+
+    def __init__(self) -> None:
+        self._alive: dict[int, int] = {}  # id of a storage -> its bytes
+        self.peak = 0
+
+    @property
+    def now(self) -> int:
+        return sum(self._alive.values())
+
+    def track(self, inputs: Any, outputs: Any) -> None:
+        """Count the storages of ``outputs`` that none of ``inputs`` shares (an op's new tensors)."""
+        written = {id(s) for s in map(_storage, _tensors(inputs)) if s is not None}
+        alive = self._alive
+        for tensor in _tensors(outputs):
+            storage = _storage(tensor)
+            if storage is None or id(storage) in written or id(storage) in alive:
+                continue
+            try:
+                # The storage's Python object lives exactly as long as the last tensor viewing it.
+                release = weakref.finalize(storage, alive.pop, id(storage), None)
+            except TypeError:
+                continue
+            release.atexit = False
+            alive[id(storage)] = storage.nbytes()
+        self.peak = max(self.peak, sum(alive.values()))
