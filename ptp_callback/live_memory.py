@@ -57,25 +57,26 @@ class LiveBytes:
 
     def __init__(self) -> None:
         self._alive: dict[int, int] = {}  # id of a storage -> its bytes
+        self.now = 0
         self.peak = 0
 
-    @property
-    def now(self) -> int:
-        return sum(self._alive.values())
+    def _release(self, key: int) -> None:
+        self.now -= self._alive.pop(key, 0)
 
     def track(self, inputs: Any, outputs: Any) -> None:
         """Count the storages of ``outputs`` that none of ``inputs`` shares (an op's new tensors)."""
         written = {id(s) for s in map(_storage, _tensors(inputs)) if s is not None}
-        alive = self._alive
         for tensor in _tensors(outputs):
             storage = _storage(tensor)
-            if storage is None or id(storage) in written or id(storage) in alive:
+            key = id(storage)
+            if storage is None or key in written or key in self._alive:
                 continue
             try:
                 # The storage's Python object lives exactly as long as the last tensor viewing it.
-                release = weakref.finalize(storage, alive.pop, id(storage), None)
+                release = weakref.finalize(storage, self._release, key)
             except TypeError:
                 continue
             release.atexit = False
-            alive[id(storage)] = storage.nbytes()
-        self.peak = max(self.peak, sum(alive.values()))
+            self._alive[key] = storage.nbytes()
+            self.now += self._alive[key]
+        self.peak = max(self.peak, self.now)

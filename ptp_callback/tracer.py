@@ -57,7 +57,6 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import grouped_gemm
-from .live_memory import LiveBytes
 from .attention import run_sdpa
 from .known_values import (ValuedFakeTensorMode, is_nms, known_number, reads_as_median, sized_by_values, spread_evenly,
                            valued_fake)
@@ -66,6 +65,7 @@ from .costs import OpCost, describe_op, is_known, op_kind
 from .cuda_autocast import casts_to_fp32, cuda_autocast_on_cpu
 from .fused import run_rms_norm
 from .clipping import ClippedGradients, clipping_of
+from .live_memory import LiveBytes
 from .manual_step import ManualOptimization, ManualStep
 from .mask_checks import real_mask_checks
 from .meta_dispatch import MetaShortcut
