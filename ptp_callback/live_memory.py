@@ -35,7 +35,7 @@ def _tensors(value: Any) -> list[torch.Tensor]:
 def _storage(tensor: torch.Tensor) -> Any:
     try:
         return tensor.untyped_storage()
-    except (RuntimeError, NotImplementedError, TypeError):  # a tensor without storage (sparse, nested)
+    except Exception:  # noqa: BLE001 - a tensor without a storage of its own (sparse, nested, a wrapper subclass)
         return None
 
 
@@ -72,11 +72,12 @@ class LiveBytes:
             if storage is None or key in written or key in self._alive:
                 continue
             try:
+                nbytes = int(storage.nbytes())
                 # The storage's Python object lives exactly as long as the last tensor viewing it.
                 release = weakref.finalize(storage, self._release, key)
-            except TypeError:
+            except Exception:  # noqa: BLE001 - not followed: it cannot count toward the peak
                 continue
             release.atexit = False
-            self._alive[key] = storage.nbytes()
-            self.now += self._alive[key]
+            self._alive[key] = nbytes
+            self.now += nbytes
         self.peak = max(self.peak, self.now)
