@@ -25,6 +25,7 @@ import contextlib
 import io
 import logging
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -45,12 +46,6 @@ from ptp_callback import PrecisionTimeCallback  # noqa: E402
 from ptp_callback.run_prediction import step_memory_bytes  # noqa: E402
 
 PAGE = 4096
-
-
-def _minor_faults() -> int:
-    """This process's minor page faults so far (Linux ``/proc/self/stat``, field 10)."""
-    with open("/proc/self/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[7])
 
 
 class Encoder(Classifier):
@@ -110,6 +105,10 @@ def _data(name: str, g: torch.Generator) -> tuple[TensorDataset, int]:
 
 
 MODELS = {"mlp": MLP, "cnn": CNN, "gpt": TinyGPT, "lstm": LSTMLM, "encoder": Encoder, "recommender": Recommender}
+
+
+def _minor_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 class FirstBatches(L.Callback):

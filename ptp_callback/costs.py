@@ -299,7 +299,7 @@ def _tensor_bytes(t: torch.Tensor, min_width: int = 1) -> int:
     return min(nbytes, storage) if storage else nbytes
 
 
-def _tensors(value: Any) -> list[torch.Tensor]:
+def tensors_in(value: Any) -> list[torch.Tensor]:
     """The tensors in nested lists, tuples and dicts, in order (a plain walk: pytree's is slower,
     and this runs for every recorded op)."""
     found: list[torch.Tensor] = []
@@ -815,17 +815,17 @@ def describe_op(
     """Cost of one op that launches work (``op_kind(func) != "view"``)."""
     name = func.overloadpacket.__name__
     # A tensor passed twice (``addcmul(v, g, g)``, ``x * x``) is read from memory once.
-    inputs = list({id(t): t for t in _tensors((args, kwargs))}.values())
-    outputs = _tensors(out)
+    inputs = list({id(t): t for t in tensors_in((args, kwargs))}.values())
+    outputs = tensors_in(out)
     mutated, fresh = _write_slots(func)
     read = sum(_tensor_bytes(t) for t in inputs)
-    written = sum(_tensor_bytes(t) for t in _tensors([args[i] for i in mutated if i < len(args)]))
+    written = sum(_tensor_bytes(t) for t in tensors_in([args[i] for i in mutated if i < len(args)]))
     # One return that is a list (``_foreach_sqrt`` returns ``Tensor[]``) is one slot holding them all.
     out_list = out if isinstance(out, (tuple, list)) and len(fresh) > 1 else (out,)
     large_fresh = 0.0
     for is_fresh, value in zip(fresh, out_list):
         if is_fresh:
-            sizes = [_tensor_bytes(t) for t in _tensors(value)]
+            sizes = [_tensor_bytes(t) for t in tensors_in(value)]
             written += sum(sizes)
             large_fresh += sum(size for size in sizes if size >= LARGE_ALLOCATION_BYTES)
     dtype = _first_float_dtype(inputs or outputs)

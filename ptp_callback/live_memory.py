@@ -19,19 +19,6 @@ from typing import Any
 import torch
 
 
-def _tensors(value: Any) -> list[torch.Tensor]:
-    found, stack = [], [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, torch.Tensor):
-            found.append(item)
-        elif isinstance(item, (list, tuple)):
-            stack.extend(item)
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-    return found
-
-
 def _storage(tensor: torch.Tensor) -> Any:
     try:
         return tensor.untyped_storage()
@@ -44,10 +31,10 @@ class LiveBytes:
 
     >>> live = LiveBytes()
     >>> a = torch.empty(256)
-    >>> live.track((), a)
+    >>> live.track([], [a])
     >>> b = torch.empty(512)
-    >>> live.track((a,), b)
-    >>> live.track((b,), b.add_(1))  # written in place: not new
+    >>> live.track([a], [b])
+    >>> live.track([b], [b.add_(1)])  # written in place: not new
     >>> live.now, live.peak
     (3072, 3072)
     >>> del a
@@ -63,10 +50,10 @@ class LiveBytes:
     def _release(self, key: int) -> None:
         self.now -= self._alive.pop(key, 0)
 
-    def track(self, inputs: Any, outputs: Any) -> None:
-        """Count the storages of ``outputs`` that none of ``inputs`` shares (an op's new tensors)."""
-        written = {id(s) for s in map(_storage, _tensors(inputs)) if s is not None}
-        for tensor in _tensors(outputs):
+    def track(self, inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> None:
+        """Count the storages of an op's ``outputs`` that none of its ``inputs`` shares (its new tensors)."""
+        written = {id(s) for s in map(_storage, inputs) if s is not None}
+        for tensor in outputs:
             storage = _storage(tensor)
             key = id(storage)
             if storage is None or key in written or key in self._alive:

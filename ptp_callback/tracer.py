@@ -61,7 +61,7 @@ from .attention import run_sdpa
 from .known_values import (ValuedFakeTensorMode, is_nms, known_number, reads_as_median, sized_by_values, spread_evenly,
                            valued_fake)
 from .batches import map_batch
-from .costs import OpCost, describe_op, is_known, op_kind
+from .costs import OpCost, describe_op, is_known, op_kind, tensors_in
 from .cuda_autocast import casts_to_fp32, cuda_autocast_on_cpu
 from .fused import run_rms_norm
 from .clipping import ClippedGradients, clipping_of
@@ -229,20 +229,9 @@ def _itemsize(name: str) -> int:
     return dtype.itemsize if isinstance(dtype, torch.dtype) else 4
 
 
-def _meta_of(value: Any) -> tuple[tuple[tuple[int, ...], ...], tuple[str, ...]]:
-    shapes: list[tuple[int, ...]] = []
-    dtypes: list[str] = []
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, torch.Tensor):
-            shapes.append(tuple(item.shape))
-            dtypes.append(_SHAPE_DTYPE.get(item.dtype, str(item.dtype).removeprefix("torch.")))
-        elif isinstance(item, (list, tuple)):
-            stack.extend(reversed(item))
-        elif isinstance(item, dict):
-            stack.extend(reversed(list(item.values())))
-    return tuple(shapes), tuple(dtypes)
+def _meta_of(tensors: list[torch.Tensor]) -> tuple[tuple[tuple[int, ...], ...], tuple[str, ...]]:
+    return (tuple(tuple(t.shape) for t in tensors),
+            tuple(_SHAPE_DTYPE.get(t.dtype, str(t.dtype).removeprefix("torch.")) for t in tensors))
 
 
 @functools.lru_cache(maxsize=None)
@@ -345,11 +334,12 @@ class _Recorder(TorchDispatchMode):
 
     def record(self, name: str, cost: OpCost, inputs: Any, outputs: Any, replay: Any = None) -> None:
         """Append one op record, charging it the metadata ops and module calls since the last one."""
-        in_shapes, in_dtypes = _meta_of(inputs)
-        out_shapes, out_dtypes = _meta_of(outputs)
+        ins, outs = tensors_in(inputs), tensors_in(outputs)
+        in_shapes, in_dtypes = _meta_of(ins)
+        out_shapes, out_dtypes = _meta_of(outs)
         self.ops.append(OpRecord(name, self.phase, self.module_of(), cost, in_shapes, in_dtypes,
                                  out_shapes, out_dtypes, self.views, self.module_calls, replay=replay))
-        self.live.track(inputs, outputs)
+        self.live.track(ins, outs)
         self.views = 0
         self.module_calls = 0
 
