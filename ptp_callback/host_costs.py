@@ -293,7 +293,7 @@ def _fork_write_s_per_byte(nbytes: int = 16 * 2**20, tensor_bytes: int = 2**20, 
     the copies cost more per byte in tensors of a step's sizes than in one large one, where the
     threads fault in long runs. On that VM (2 threads, 2026-11-28) one 16 MB tensor took 2.5-3.3 ns
     a byte, tensors of 4 MB 2.9-3.4, of 1 MB 4.1-4.6, of 256 KB 5.1-5.4; the first batches of six
-    Lightning fits' later epochs took 11.9-19.1 us per copied 4 KiB page in two runs, 2.9-4.7 ns a
+    Lightning fits' later epochs took 11.9-19.4 us per copied 4 KiB page in four runs, 2.9-4.7 ns a
     byte (``benchmarks/fork_copies.py``).
 
     The fastest of ``trials`` rewrites alone against the fastest of ``trials`` forks: other
