@@ -233,21 +233,56 @@ class _ReadyBatches(torch.utils.data.Dataset):
 
 
 def worker_batch_seconds(num_workers: int, batch_bytes: int, load_s: float, *, batches: int = 30,
-                         cache: bool = True) -> float:
+                         cache: bool = True) -> float | None:
     """On a CPU fit, what each batch from ``num_workers`` loader worker processes costs the training
     step's time: the training process receiving it (from shared memory) and the cores the workers
     take from the step's threads while they build the next ones. A short GEMM loop on all of this
     process's threads stands in for the step, timed with and without a batch taken before each
-    pass (about 0.5 s, cached per worker count, batch size and load time, each rounded).
+    pass (about 0.5 s, cached per worker count, batch size and load time, each rounded to a power
+    of two: :func:`_load_bucket_s`).
 
     On a 2-thread Xeon VM (2026-11-27) a 128 x 784 MLP batch (0.4 MB, built in 0.6 ms in the
     process) cost its 13 ms step 4.0 ms from 2 workers, 4.7 ms from 1 (0.7 ms without workers);
     a 3 MB batch built in 2.3 ms cost 13.8 ms from 2 workers: many times the batch's build time,
-    which is all the plan counted before."""
+    which is all the plan counted before.
+
+    Fewer batches where the workers' build time would make the probe take over
+    :data:`_PROBE_BUDGET_S`, and ``None`` (not measured) where even :data:`_FEWEST_BATCHES` would:
+    such batches keep a step waiting whatever else they cost it, and the plan counts their build
+    time instead."""
     size = 2 ** round(math.log2(max(1, batch_bytes)))
-    load = round(load_s, 4)
+    load = _load_bucket_s(load_s)
+    if load:
+        batches = min(batches, int(_PROBE_BUDGET_S * num_workers / load) - _FIRST_BATCHES)
+    if batches < _FEWEST_BATCHES:
+        return None
     key = f"worker-batch-{num_workers}-{size}-{load}-{torch.get_num_threads()}-{_start_method()}"
     return _cached(key, lambda: {"s": _worker_batch_s(num_workers, size, load, batches)}, cache)["s"]
+
+
+#: Seconds of the workers' building the probe may take, and the fewest batches it times after
+#: :data:`_FIRST_BATCHES` (the workers' start): one example batch of an MLP that took 0.4 s to
+#: collate once (0.5-1 ms in other fits) made its two loaders' probes take 15 s.
+_PROBE_BUDGET_S = 1.0
+_FIRST_BATCHES = 4
+_FEWEST_BATCHES = 5
+
+
+#: Build times under this are probed as none; above it, in powers of two of it.
+_LOAD_UNIT_S = 1e-4
+
+
+def _load_bucket_s(load_s: float) -> float:
+    """A batch's build time as the probe runs it: the nearest power of two of 0.1 ms (0 below it).
+
+    The build time is one batch timed at fit start, and it moves from fit to fit (an MLP's 0.4 MB
+    batch: 0.5-1 ms); keyed to 0.1 ms, nearly every fit missed the cache and probed both of its
+    loaders again, 1-2 s of a 20 s fit on a 2-thread VM. The probe cannot tell loads a factor of 2
+    apart at that size: 2 workers' batches cost the step 3.0-4.1 ms built in no time, 3.7-5.5 ms
+    in 1 ms, 3.2-4.8 ms in 1.4 ms, three probes each (AMD EPYC VM, 2026-11-28)."""
+    if load_s < _LOAD_UNIT_S:
+        return 0.0
+    return _LOAD_UNIT_S * 2 ** round(math.log2(load_s / _LOAD_UNIT_S))
 
 
 @rng_preserved()  # its operands and the loader's seed draw must not move the user's generators
@@ -266,11 +301,11 @@ def _worker_batch_s(num_workers: int, batch_bytes: int, load_s: float, batches: 
     for _ in range(batches):
         step()
     alone = time.perf_counter() - started
-    data = _ReadyBatches(batch_bytes, load_s, batches + 4)
+    data = _ReadyBatches(batch_bytes, load_s, batches + _FIRST_BATCHES)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "suggested max number of workers": the user's setting, not ours
         iterator = iter(torch.utils.data.DataLoader(data, batch_size=None, num_workers=num_workers))
-        for _ in range(4):  # the workers' start and their first batches
+        for _ in range(_FIRST_BATCHES):  # the workers' start and their first batches
             next(iterator)
             step()
         started = time.perf_counter()

@@ -150,7 +150,7 @@ def _with_worker_costs(loader: LoaderFacts) -> LoaderFacts:
         cost = worker_batch_seconds(loader.num_workers, loader.batch_bytes, loader.load_s)
     except Exception:  # noqa: BLE001 - workers that cannot start here: the plan's estimate from the build time stands
         return loader
-    return replace(loader, worker_batch_s=cost)
+    return loader if cost is None else replace(loader, worker_batch_s=cost)
 
 
 def step_memory_bytes(trace: Trace) -> float:
