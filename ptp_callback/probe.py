@@ -183,7 +183,7 @@ def _measure(device: torch.device) -> ProbeResult:
                 break
         gemm[key] = rates
     transposed = {key: _transposed_gemm_tflops(dtype, device) for key, dtype in _DTYPES.items()}
-    elements = (64 if device.type == "cuda" else 8) * 2**20
+    elements = 64 * 2**20 if device.type == "cuda" else _COPY_ELEMENTS
     src = torch.randn(elements, device=device)
     dst = torch.empty_like(src)
     copy_gbps = 2 * src.numel() * 4 / _timed(lambda: dst.copy_(src), device, 10) / 1e9
@@ -347,6 +347,7 @@ SPOT_CHECK_FASTER = 1.2
 SLOWEST_NOW = 0.5
 _SPOT_SIZE = 256
 _SPOT_READINGS = 3
+_COPY_ELEMENTS = 8 * 2**20  # a CPU's copy rate: between two 32 MB tensors
 # A spot check of a few milliseconds is a noisy reading of a machine's speed: on a 2-core VM fresh
 # processes a minute apart read 0.53 to 1.0 of the cached rate (median 0.9), while the steps they
 # then ran took the same time. A machine busy for hours stays busy from one process to the next:
@@ -361,10 +362,11 @@ def probe_device(device: torch.device, *, cache: bool = True, refresh: bool = Fa
     """Measure ``device`` (a CPU or a local CUDA GPU), or read the cached result; ``refresh``
     measures even when a result is cached, and caches the new one.
 
-    A cached result is spot-checked once per process with one GEMM (a few milliseconds): if this
-    machine now runs it :data:`SPOT_CHECK_FASTER` times faster than the cache says, the cache was
-    measured on a busy machine, and the probe runs again (keeping the better of the two readings
-    of each rate). A CPU that runs it slower now than the cache says is busy now: this process
+    A cached result is spot-checked once per process with one GEMM (a few milliseconds) and, on a
+    CPU, a skinny GEMM and a copy (:func:`_parts_faster_now`): if this machine now runs one of them
+    :data:`SPOT_CHECK_FASTER` times faster than the cache says, the cache was measured on a busy
+    machine, and the probe runs again (keeping the better of the two readings of each rate). A CPU
+    that runs the GEMM slower now than the cache says is busy now: this process
     reads the cached rates slowed to the speed its spot checks read: this one's and the latest ones
     of the past hour, their median (see :func:`at_speed`, :data:`SPOT_MEMORY_S`)."""
     device = torch.device(device)
@@ -374,7 +376,7 @@ def probe_device(device: torch.device, *, cache: bool = True, refresh: bool = Fa
         if path in _now:
             return _now[path]
         speed = _speed_now(cached, device)
-        if speed <= SPOT_CHECK_FASTER:
+        if speed <= SPOT_CHECK_FASTER and not _parts_faster_now(cached, device):
             _now[path] = at_speed(cached, _pooled_speed(path, speed)) if device.type == "cpu" else cached
             return _now[path]
     result = _measure(device)
@@ -439,6 +441,31 @@ def _speed_now(cached: ProbeResult, device: torch.device) -> float:
     # threads waking up), and a fit runs warm.
     seconds = min(_gemm_seconds(a, b, device) for _ in range(_SPOT_READINGS))
     return 2 * n**3 / seconds / 1e12 / rate
+
+
+def _parts_faster_now(cached: ProbeResult, device: torch.device) -> bool:
+    """Whether a CPU now runs the skinny GEMM or the copy beyond its caches
+    :data:`SPOT_CHECK_FASTER` times faster than ``cached`` says (about 40 ms).
+
+    The probe takes its readings one after another over two seconds, and a machine busy for part
+    of them leaves some rates slow and others right: a 2-thread EPYC VM's cache held a square GEMM
+    at 0.87 of its rate, a skinny one at 0.25 and the copy at 0.49 (its predicted steps up to 3.5x
+    too long), and the square GEMM's spot check alone let it stand."""
+    if device.type != "cpu":
+        return False
+    skinny = cached.gemm_tflops.get("fp32", {}).get(_SKINNY)
+    if skinny:
+        m, n, k = 64, 1024, 1024
+        seconds = _gemm_seconds(torch.randn(m, k), torch.randn(k, n), device)
+        if 2 * m * n * k / seconds / 1e12 > SPOT_CHECK_FASTER * skinny:
+            return True
+    if cached.copy_gbps:
+        src = torch.empty(_COPY_ELEMENTS).fill_(1.0)
+        dst = torch.empty_like(src)
+        gbps = 2 * src.numel() * 4 / _timed(lambda: dst.copy_(src), device, _SPOT_READINGS) / 1e9
+        if gbps > SPOT_CHECK_FASTER * cached.copy_gbps:
+            return True
+    return False
 
 
 def at_speed(result: ProbeResult, speed: float) -> ProbeResult:

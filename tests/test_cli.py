@@ -136,14 +136,15 @@ def test_probe_replaces_the_cached_result_that_predictions_read(capsys, tmp_path
     monkeypatch.setenv("PTP_CACHE_DIR", str(tmp_path))
     path = _cache_path(torch.device("cpu"))
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    stale = ProbeResult("stale", torch.__version__, 1, {}, 0.001, 1.0, 1.0, 99.0)
+    # Rates no machine beats, so the spot check keeps the cache.
+    stale = ProbeResult("stale", torch.__version__, 1, {}, 1e6, 1.0, 1.0, 99.0)
     with open(path, "w") as f:
         json.dump(stale.__dict__, f)
     assert probe_device(torch.device("cpu")).device_name == "stale"  # predictions read the cache
     code, out, _ = run(capsys, "probe")
     assert code == 0 and "GEMM fp32" in out
     fresh = probe_device(torch.device("cpu"))
-    assert fresh.device_name != "stale" and fresh.copy_gbps > 0.001
+    assert fresh.device_name != "stale" and fresh.copy_gbps < 1e6 and fresh.gemm_tflops["fp32"]
 
 
 def test_devices_prints_every_number_with_its_source(capsys):

@@ -12,12 +12,14 @@ from ptp_callback import probe
 from ptp_callback.probe import ProbeResult, probe_device
 
 
-def _write_cache(tmp_path, monkeypatch, fp32_rate: float, name: str = "cached") -> str:
+def _write_cache(tmp_path, monkeypatch, fp32_rate: float, name: str = "cached", skinny_rate: float | None = None,
+                 copy_gbps: float = 1e6) -> str:
     monkeypatch.setenv("PTP_CACHE_DIR", str(tmp_path))
     path = probe._cache_path(torch.device("cpu"))
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    rates = {"fp32": {"64x1024x1024": fp32_rate / 2, "256": fp32_rate, "512": fp32_rate}}
-    cached = ProbeResult(name, torch.__version__, torch.get_num_threads(), rates, 1.0, 1e-6, 1e-6, 0.5, 2.0,
+    skinny = fp32_rate / 2 if skinny_rate is None else skinny_rate
+    rates = {"fp32": {"64x1024x1024": skinny, "256": fp32_rate, "512": fp32_rate}}
+    cached = ProbeResult(name, torch.__version__, torch.get_num_threads(), rates, copy_gbps, 1e-6, 1e-6, 0.5, 2.0,
                          {"tanh": 1e-9})
     with open(path, "w") as f:
         json.dump(asdict(cached), f)
@@ -31,7 +33,7 @@ def test_a_cache_faster_than_this_machine_runs_now_is_read_at_the_speed_it_runs_
     assert result.device_name == "cached"  # read, not measured again
     # slowed by at most SLOWEST_NOW: rates times it, times per op over it
     assert result.gemm_tflops["fp32"]["512"] == 1e6 * probe.SLOWEST_NOW
-    assert (result.copy_gbps, result.small_op_s) == (probe.SLOWEST_NOW, 1e-6 / probe.SLOWEST_NOW)
+    assert (result.copy_gbps, result.small_op_s) == (1e6 * probe.SLOWEST_NOW, 1e-6 / probe.SLOWEST_NOW)
     assert result.element_s == {"tanh": 1e-9 / probe.SLOWEST_NOW}
 
 
@@ -48,6 +50,21 @@ def test_a_cache_taken_on_a_busy_machine_is_measured_again(tmp_path, monkeypatch
     # The better of the two readings of each rate stands: the old host-op times were faster.
     assert result.small_op_s == 1e-6 and result.copy_gbps >= 1.0
     assert not os.path.exists(path + ".spots")  # readings against the old rates are dropped
+
+
+@pytest.mark.parametrize("slow_part", ["skinny GEMM", "copy"])
+def test_a_cache_with_one_part_taken_while_the_machine_was_busy_is_measured_again(tmp_path, monkeypatch, slow_part):
+    """The square GEMM's rate is right (no CPU runs one faster), but a reading taken later in the
+    same probe was slowed by other work."""
+    slow = dict(skinny_rate=1e-7) if slow_part == "skinny GEMM" else dict(copy_gbps=1e-3)
+    path = _write_cache(tmp_path, monkeypatch, fp32_rate=1e6, **slow)
+    monkeypatch.setattr(probe, "_now", {})
+    result = probe_device(torch.device("cpu"))
+    assert result.device_name != "cached"  # measured again, each part kept at its better reading
+    assert result.gemm_tflops["fp32"]["64x1024x1024"] > 1e-7 and result.copy_gbps > 1e-3
+    assert result.gemm_tflops["fp32"]["512"] == 1e6
+    with open(path) as f:
+        assert json.load(f)["device_name"] == result.device_name  # the cache heals
 
 
 def test_the_speed_read_now_is_the_median_of_the_latest_spot_checks_of_the_past_hour(tmp_path, monkeypatch):
