@@ -449,7 +449,7 @@ def _parts_faster_now(cached: ProbeResult, device: torch.device) -> bool:
 
     The probe takes its readings one after another over two seconds, and a machine busy for part
     of them leaves some rates slow and others right: a 2-thread EPYC VM's cache held a square GEMM
-    at 0.87 of its rate, a skinny one at 0.25 and the copy at 0.49 (its predicted steps up to 3.5x
+    at 0.87 of its rate, a skinny one at 0.25 and the copy at 0.49 (its predicted steps up to 3.7x
     too long), and the square GEMM's spot check alone let it stand."""
     if device.type != "cpu":
         return False
