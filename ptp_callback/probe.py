@@ -445,7 +445,7 @@ def _speed_now(cached: ProbeResult, device: torch.device) -> float:
 
 def _parts_faster_now(cached: ProbeResult, device: torch.device) -> bool:
     """Whether a CPU now runs the skinny GEMM or the 32 MB copy :data:`SPOT_CHECK_FASTER` times
-    faster than ``cached`` says (about 70 ms on a 2-thread VM, most of it mapping the copy's pages).
+    faster than ``cached`` says (about 80 ms on a 2-thread VM: 30 the GEMM, 50 the copy and its pages).
 
     The probe takes its readings one after another over two seconds, and a machine busy for part
     of them leaves some rates slow and others right: a 2-thread EPYC VM's cache held a square GEMM
