@@ -175,7 +175,9 @@ class PrecisionTimeCallback(Callback):
             for hazard in self.prediction.trace.hazards:
                 self._warnings.warn(hazard, hazard, PrecisionHazard)
             if self._advice_cost_s() < 0.005 * (forecaster.predicted_total_s or 0.0):
+                started = self.clock()
                 self._advise(trainer, pl_module, forecaster.predicted_total_s)
+                forecaster.own_work(self.clock() - started)  # its traces are the callback's, not start-up's
 
     # ----------------------------------------------------------------------- precision advice
     def _advice_cost_s(self) -> float:

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import warnings
 from collections.abc import Iterator
 
@@ -724,3 +725,23 @@ def test_the_core_never_imports_the_frameworks():
             "'accelerate', 'transformers')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_precision_advice_at_fit_start_is_charged_to_the_callbacks_own_work(tmp_path, monkeypatch):
+    """It traces the step in the other precisions (five traces where none is cached): time the
+    fit-end report used to show as Lightning's start-up."""
+    monkeypatch.setenv("PTP_CACHE_DIR", str(tmp_path))
+    advice_s, skipped = 30.0, [0.0]
+
+    class SlowAdvice(PrecisionTimeCallback):
+        def _advice_cost_s(self) -> float:
+            return 0.0  # advise whatever the fit's length
+
+        def _advise(self, *args, **kwargs) -> None:
+            skipped[0] += advice_s  # the advice takes 30 s on this callback's clock
+
+    callback = SlowAdvice(clock=lambda: time.perf_counter() + skipped[0])
+    trainer([callback], max_epochs=1, limit_train_batches=4, limit_val_batches=2,
+            enable_progress_bar=False).fit(Tiny(), *loaders())
+    ptp, startup = (callback.forecaster.meters[kind] for kind in ("ptp", "startup"))
+    assert ptp.total + ptp.current >= advice_s and startup.total + startup.current < advice_s
