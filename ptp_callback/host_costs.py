@@ -262,7 +262,7 @@ def worker_batch_seconds(num_workers: int, batch_bytes: int, load_s: float, *, b
 
 #: Seconds of the workers' building the probe may take, and the fewest batches it times after
 #: :data:`_FIRST_BATCHES` (the workers' start): one example batch of an MLP that took 0.4 s to
-#: collate once (0.5-1 ms in other fits) made its two loaders' probes take 15 s.
+#: collate once (0.6-2.5 ms in other fits) made its two loaders' probes take 15 s.
 _PROBE_BUDGET_S = 1.0
 _FIRST_BATCHES = 4
 _FEWEST_BATCHES = 5
@@ -276,7 +276,7 @@ def _load_bucket_s(load_s: float) -> float:
     """A batch's build time as the probe runs it: the nearest power of two of 0.1 ms (0 below it).
 
     The build time is one batch timed at fit start, and it moves from fit to fit (an MLP's 0.4 MB
-    batch: 0.5-1 ms); keyed to 0.1 ms, nearly every fit missed the cache and probed both of its
+    batch: 0.6-2.5 ms); keyed to 0.1 ms, nearly every fit missed the cache and probed both of its
     loaders again, 1-2 s of a 20 s fit on a 2-thread VM. The probe cannot tell loads a factor of 2
     apart at that size: 2 workers' batches cost the step 3.0-4.1 ms built in no time, 3.7-5.5 ms
     in 1 ms, 3.2-4.8 ms in 1.4 ms, three probes each (AMD EPYC VM, 2026-11-28)."""

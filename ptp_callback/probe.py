@@ -183,14 +183,9 @@ def _measure(device: torch.device) -> ProbeResult:
                 break
         gemm[key] = rates
     transposed = {key: _transposed_gemm_tflops(dtype, device) for key, dtype in _DTYPES.items()}
-    elements = 64 * 2**20 if device.type == "cuda" else _COPY_ELEMENTS
-    src = torch.randn(elements, device=device)
-    dst = torch.empty_like(src)
-    copy_gbps = 2 * src.numel() * 4 / _timed(lambda: dst.copy_(src), device, 10) / 1e9
+    copy_gbps = _copy_gbps(64 * 2**20 if device.type == "cuda" else _COPY_ELEMENTS, device, 10)
     # A CPU's caches hold the small activations of small models: their bandwidth matters there.
-    small_src = torch.randn(2**18, device=device)  # 1 MB
-    small_dst = torch.empty_like(small_src)
-    cache_copy_gbps = 2 * small_src.numel() * 4 / _timed(lambda: small_dst.copy_(small_src), device, 20) / 1e9
+    cache_copy_gbps = _copy_gbps(2**18, device, 20)  # 1 MB
     small_op_s, autograd_op_s = host_op_seconds(device)
     element_s = {}
     fault_s_per_byte = stream_copy_gbps = 0.0
@@ -252,10 +247,14 @@ def _stream_copy_gbps(device: torch.device) -> float:
     480 MB L3); the same copy over 2 x 128 MB ran at 27 GB/s there, as over 2 x 1 GB, and so did
     the 4 MB multiplies inside a GPT-2 step (0.35-0.69 ms each against 0.155 ms repeated alone).
     It adds about 0.08 s to the probe there, most of it the operating system mapping the pages."""
-    n = 32 * 2**20
-    src = torch.empty(n, device=device).fill_(1.0)  # written: unwritten pages all read one zero page
+    return _copy_gbps(32 * 2**20, device, 3)
+
+
+def _copy_gbps(elements: int, device: torch.device, repeats: int) -> float:
+    """The fastest of ``repeats`` copies of ``elements`` fp32 values, in bytes read + written per second."""
+    src = torch.empty(elements, device=device).fill_(1.0)  # written: unwritten pages all read one zero page
     dst = torch.empty_like(src)  # mapped by _timed's warm-up copy
-    return 2 * n * 4 / _timed(lambda: dst.copy_(src), device, 3) / 1e9
+    return 2 * elements * 4 / _timed(lambda: dst.copy_(src), device, repeats) / 1e9
 
 
 def _fault_seconds_per_byte(device: torch.device) -> float:
@@ -459,13 +458,9 @@ def _parts_faster_now(cached: ProbeResult, device: torch.device) -> bool:
         seconds = _gemm_seconds(torch.randn(m, k), torch.randn(k, n), device)
         if 2 * m * n * k / seconds / 1e12 > SPOT_CHECK_FASTER * skinny:
             return True
-    if cached.copy_gbps:
-        src = torch.empty(_COPY_ELEMENTS).fill_(1.0)
-        dst = torch.empty_like(src)
-        gbps = 2 * src.numel() * 4 / _timed(lambda: dst.copy_(src), device, _SPOT_READINGS) / 1e9
-        if gbps > SPOT_CHECK_FASTER * cached.copy_gbps:
-            return True
-    return False
+    if not cached.copy_gbps:
+        return False
+    return _copy_gbps(_COPY_ELEMENTS, device, _SPOT_READINGS) > SPOT_CHECK_FASTER * cached.copy_gbps
 
 
 def at_speed(result: ProbeResult, speed: float) -> ProbeResult:
