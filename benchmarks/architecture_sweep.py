@@ -55,6 +55,7 @@ sys.path.insert(0, HERE)
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence  # noqa: E402
 
 import ptp_callback as ptp  # noqa: E402
 from ptp_callback.predict import simulate  # noqa: E402
@@ -189,6 +190,28 @@ def _lstm() -> Built:
     return _LstmLM(), (ids[:, :-1], ids[:, 1:]), lambda m, b: F.cross_entropy(m(b[0]).flatten(0, 1), b[1].flatten())
 
 
+class _PackedTagger(nn.Module):
+    """A tagger over sequences of different lengths: packed, so the LSTM skips the padding."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed, self.head = nn.Embedding(10000, 256), nn.Linear(1024, 32)
+        self.rnn = nn.LSTM(256, 512, 2, batch_first=True, bidirectional=True)
+
+    def forward(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        packed = pack_padded_sequence(self.embed(ids), lengths.cpu(), batch_first=True, enforce_sorted=False)
+        out, _ = pad_packed_sequence(self.rnn(packed)[0], batch_first=True, total_length=ids.shape[1])
+        return self.head(out)
+
+
+def _packed_tagger() -> Built:
+    lengths = torch.randint(32, 257, (32,), generator=torch.Generator().manual_seed(0))
+    tags = torch.randint(0, 32, (32, 256))
+    tags[torch.arange(256) >= lengths[:, None]] = -100  # no loss on the padding
+    return (_PackedTagger(), (torch.randint(0, 10000, (32, 256)), lengths, tags),
+            lambda m, b: F.cross_entropy(m(b[0], b[1]).flatten(0, 1), b[2].flatten(), ignore_index=-100))
+
+
 class _Recommender(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -228,6 +251,7 @@ MODELS: dict[str, Callable[[], Built]] = {
     "conv1d_audio": _audio_conv1d,
     "conv3d_video": _video_conv3d,
     "lstm_lm": _lstm,
+    "lstm_tagger_packed": _packed_tagger,
     "embedding_bag_recommender": _recommender,
     "distilbert": _language("DistilBertConfig", "DistilBertForMaskedLM"),
     "deberta_v2_small": _language("DebertaV2Config", "DebertaV2ForMaskedLM", hidden_size=512, num_hidden_layers=4,

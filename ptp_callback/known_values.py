@@ -187,9 +187,13 @@ _CTC = {getattr(torch.ops.aten._ctc_loss, name) for name in ("default", "Tensor"
 _CTC_BACKWARD = {getattr(torch.ops.aten._ctc_loss_backward, name) for name in ("default", "Tensor")}
 
 
-def _lengths(value: Any) -> list[int] | None:
+def known_ints(value: Any) -> list[int] | None:
+    """The integers a fake tensor with known values (or a list of numbers) holds, else ``None``."""
     if isinstance(value, FakeTensor):
-        return None if value.constant is None else [int(v) for v in value.constant.reshape(-1).tolist()]
+        if value.constant is None:
+            return None
+        with unset_fake_temporarily():  # the value is a real tensor: read it outside the fake mode
+            return [int(v) for v in value.constant.reshape(-1).tolist()]
     return [int(v) for v in value] if isinstance(value, (list, tuple)) else None
 
 
@@ -207,7 +211,7 @@ def sized_by_values(func: Any, args: tuple, kwargs: dict) -> Any:
 
     if func in _CTC_BACKWARD:
         return fake(tuple(log_probs.shape))
-    target_lengths = _lengths(args[3] if len(args) > 3 else kwargs.get("target_lengths"))
+    target_lengths = known_ints(args[3] if len(args) > 3 else kwargs.get("target_lengths"))
     if target_lengths is None:
         return NotImplemented
     batched = log_probs.dim() == 3

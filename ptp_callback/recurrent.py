@@ -65,7 +65,7 @@ def _weights_per_layer(mode: str, params: list, layers: int, dirs: int) -> tuple
 def parse_call(func: Any, args: tuple, tf32: bool) -> tuple[RnnCall, torch.Tensor, list[torch.Tensor], list, bool, bool] | None:
     """The call's shapes from ``torch.lstm(...)``-style arguments (padded or packed input)."""
     mode, gates = _MODES[func]
-    packed = isinstance(args[1], torch.Tensor) and not args[1].is_floating_point() and not isinstance(args[2], (list, tuple))
+    packed = isinstance(args[1], torch.Tensor) and not args[1].is_floating_point()  # batch_sizes, not hx
     if packed:  # (data, batch_sizes, hx, params, has_biases, num_layers, dropout, train, bidirectional)
         data, batch_sizes, hx, params, _bias, layers, _drop, train, bidirectional = args[:9]
         seq = int(batch_sizes.shape[0])

@@ -72,6 +72,7 @@ from .meta_dispatch import MetaShortcut
 from .module_conversion import conversions_keep_fake_parameters
 from .optimizer_precision import eps_underflow
 from .precision import PrecisionSpec, as_precision
+from .packed_sequences import failed_over_packed_sequences, is_packing, run_packing
 from .recurrent import is_rnn, run_rnn
 from .repeated_blocks import trace_repeated
 from .rng import rng_preserved
@@ -446,6 +447,8 @@ class _CudaKernels(TorchFunctionMode):
             return run_sdpa(func, args, kwargs, self.recorder)
         if is_rnn(func):
             return run_rnn(func, args, kwargs, self.recorder, self.recorder.spec.conv_tf32)
+        if is_packing(func):
+            return run_packing(func, args, kwargs)
         if func is torch.nn.functional.rms_norm or func is torch.rms_norm:
             return run_rms_norm(func, args, kwargs, self.recorder, casts_to_fp32("rms_norm"))
         if func is torch.nn.functional.ctc_loss or func is torch.ctc_loss:
@@ -835,6 +838,9 @@ def _why(exc: Exception) -> str:
     """What a failure the user cannot act on from its name alone means."""
     from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 
+    if failed_over_packed_sequences(exc):
+        return (" -- packed sequences (pack_padded_sequence) are traced for a GPU target only: a CPU runs a "
+                "recurrent layer over them step by step, by the values of their sizes")
     if isinstance(exc, DataDependentOutputException):
         return (" -- the step reads a number its model computed (`.item()`, `int(t)`, `if t.any():`), which a "
                 "trace on fake tensors does not have")
