@@ -109,6 +109,11 @@ class ValuedFakeTensorMode(FakeTensorMode):
             # Constant propagation ran ``new_empty`` of a valued tensor for real: its "value" is
             # uninitialized memory (the meta kernel of ``index`` starts with one), never a value.
             out.constant = None
+        if isinstance(out, FakeTensor) and out.constant is None and out.dtype == torch.bool and self._keeps_values(func, out):
+            finite = _as_finite(func, args)
+            if finite is not None:  # a check for NaN or infinity of the model's numbers: they are finite
+                with unset_fake_temporarily():
+                    out.constant = torch.full(out.shape, finite, dtype=torch.bool)
         if func in _FILLS and isinstance(out, FakeTensor) and out.constant is None and self._keeps_values(func, out):
             # A tensor filled with known values (``one_hot`` starts from zeros): keep them.
             with unset_fake_temporarily():
@@ -134,6 +139,26 @@ _FILLS = frozenset(op for op in (
     _aten.full_like.default, _aten.new_zeros.default, _aten.new_ones.default, _aten.new_full.default,
     _aten.arange.default, _aten.arange.start, _aten.arange.start_step, _aten.scalar_tensor.default,
 ))
+
+
+_NOT_FINITE = frozenset((_aten.isnan.default, _aten.isinf.default, _aten.isposinf.default, _aten.isneginf.default))
+
+
+def _as_finite(func: Any, args: tuple) -> bool | None:
+    """What a check of the model's numbers for NaN or infinity answers when they are all finite:
+    ``isnan``/``isinf`` False; ``isfinite``, which is ``(x == x) * (x.abs() != inf)``, True (``x == x``
+    and ``x != inf`` True). ``None`` for any other op, or an input with values."""
+    x = args[0] if args else None
+    if not isinstance(x, FakeTensor) or x.constant is not None or not x.is_floating_point():
+        return None
+    if func in _NOT_FINITE:
+        return False
+    other = args[1] if len(args) > 1 else None
+    if func in (_aten.eq.Tensor, _aten.ne.Tensor) and other is x:
+        return func is _aten.eq.Tensor
+    if func in (_aten.eq.Scalar, _aten.ne.Scalar) and isinstance(other, float) and math.isinf(other):
+        return func is _aten.ne.Scalar
+    return None
 
 
 _SHAPED_LIKE = frozenset(op for op in (

@@ -157,6 +157,7 @@ def simulate(
         precision=trace.precision.label,
         trace_s=trace.trace_s,
         kernel_s=kernel_times,
-        notes=tuple(trace.mappings) + ((trace.taken_largest_note,) if trace.taken_largest_note else ()) + warnings,
+        notes=tuple(trace.mappings) + tuple(note for note in (trace.taken_largest_note, trace.numbers_read_note) if note)
+        + warnings,
         warnings=warnings,
     )

@@ -147,6 +147,7 @@ def trace_repeated(model: torch.nn.Module, trace: Callable[[], Trace]) -> Trace 
     return dataclasses.replace(
         two, ops=ops, trace_s=time.perf_counter() - started, unknown_ops=counts(one.unknown_ops, two.unknown_ops),
         taken_largest=counts(one.taken_largest, two.taken_largest),
+        numbers_read=_extrapolated(one.numbers_read, two.numbers_read, copies),
         optimizer_state_bytes=_extrapolated(one.optimizer_state_bytes, two.optimizer_state_bytes, copies),
         peak_new_bytes=_extrapolated(one.peak_new_bytes, two.peak_new_bytes, copies),
         mappings=(*two.mappings, f"{run.length} identical blocks from {run.path} on: traced 1 and 2 deep, the rest extrapolated"))

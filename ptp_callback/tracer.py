@@ -84,6 +84,12 @@ OptimizerArg = (torch.optim.Optimizer | Callable[[list[torch.nn.Parameter]], tor
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
 _PRIM_DEVICE = torch.ops.prim.device.default
 _LOCAL_SCALAR = torch.ops.aten._local_scalar_dense.default
+# What a floating-point number the model computed reads as (``loss.item()``, ``float(acc)``): a
+# step logs most such numbers, and checks some against bounds that a normal step stays within
+# (``if loss.item() > 1e4``); 1.0 is inside any such bound, and no divisor of zero. Integer and
+# boolean reads get no stand-in: they size tensors or pick branches (``torch.isnan(loss).any()``
+# reads as False: ``known_values.py``).
+STAND_IN = 1.0
 # One-element random draws, which Python may read (LayerDrop: ``if torch.rand([]) < p: skip``).
 _RANDOM_DRAWS = frozenset(getattr(torch.ops.aten.rand, name) for name in ("default", "generator")
                           if hasattr(torch.ops.aten.rand, name))
@@ -192,6 +198,8 @@ class Trace:
     # Ops sized by values the trace does not have, taken at their largest (``known_values.py``),
     # with their count: warned about.
     taken_largest: dict[str, int] = field(default_factory=dict)
+    # Floating-point numbers the step read from its model's values, each given ``STAND_IN``.
+    numbers_read: int = 0
     # The most bytes the step's new tensors (activations, gradients, the optimizer's temporaries)
     # held at once (``live_memory.py``); the parameters and optimizer state come on top.
     peak_new_bytes: int = 0
@@ -205,6 +213,15 @@ class Trace:
         listed = ", ".join(f"{name} x{n}" for name, n in sorted(self.unknown_ops.items(), key=lambda kv: -kv[1]))
         return (f"the cost model has no rule for {len(self.unknown_ops)} op(s) making {count} of {len(self.ops)} "
                 f"recorded ops ({100.0 * count / max(1, len(self.ops)):.1f}%), priced by the bytes they move: {listed}")
+
+    @property
+    def numbers_read_note(self) -> str | None:
+        """One sentence on the numbers the step read from its model's values, or ``None``."""
+        if not self.numbers_read:
+            return None
+        sync = ", each a wait for the GPU" if self.target_type == "cuda" else ""
+        return (f"the step reads {self.numbers_read} number(s) its model computed (`.item()`, `float(t)`){sync}: "
+                f"traced as {STAND_IN}")
 
     @property
     def taken_largest_note(self) -> str | None:
@@ -273,6 +290,7 @@ class _Recorder(TorchDispatchMode):
         self.module_calls = 0
         self.failed_op: str | None = None
         self.unknown: dict[str, int] = {}  # ops the cost model has no rule for, and how often
+        self.numbers_read = 0  # numbers the step read from its model's values (stand-ins given)
         self.live = LiveBytes()  # what the step's new tensors hold at once
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
@@ -282,6 +300,7 @@ class _Recorder(TorchDispatchMode):
             # real run reads a field, so this is no host work of the step either.
             return args[0].fake_device
         kwargs = kwargs or {}
+        reads_model_value = func is _LOCAL_SCALAR and isinstance(args[0], FakeTensor) and args[0].constant is None
         try:
             out = None if _skips_dispatch(func, args) else self._run(func, args, kwargs)
         except Exception:
@@ -303,14 +322,22 @@ class _Recorder(TorchDispatchMode):
         if cost.op_class == "gemm" and cost.kernel == grouped_gemm.KERNEL and not grouped_gemm.fast_path(cost.dtype):
             self.pseudo("ptp.sync")  # the fallback copies the group offsets to the host first
         self.record(str(func), cost, (args, kwargs), out, _replay_spec(args, kwargs) if cost.kernels else None)
-        if self.cuda_target and is_nms(func):
-            self.pseudo("ptp.sync")  # torchvision's CUDA kernel copies its overlap mask to the host
+        if self.cuda_target and (is_nms(func) or reads_model_value):
+            # torchvision's CUDA kernel copies its overlap mask to the host; a number the model
+            # computed (``loss.item()``) is copied from the GPU once all work before it is done
+            self.pseudo("ptp.sync")
         return out
 
     def _run(self, func: Any, args: tuple, kwargs: dict) -> Any:
-        if func is _LOCAL_SCALAR and isinstance(args[0], FakeTensor) and args[0].constant is not None:
-            with unset_fake_temporarily():  # what the fake mode returns, without its dispatch
-                return args[0].constant.item()
+        if func is _LOCAL_SCALAR and isinstance(args[0], FakeTensor):
+            if args[0].constant is not None:
+                with unset_fake_temporarily():  # what the fake mode returns, without its dispatch
+                    return args[0].constant.item()
+            if args[0].is_floating_point():
+                # A number the model computed, read for the logs or a check (``loss.item()``): a
+                # fake tensor has none, so the step goes on with a stand-in (see STAND_IN).
+                self.numbers_read += 1
+                return STAND_IN
         out = self.meta.run(func, args, kwargs)
         if out is NotImplemented and grouped_gemm.is_grouped_mm(func):
             out = grouped_gemm.fake_output(func, args, kwargs)
@@ -829,6 +856,7 @@ def _trace(
         optimizer_state_bytes=sum(_state_bytes(c) for c in copies),
         unknown_ops=dict(recorder.unknown),
         taken_largest=dict(mode.taken_largest) if isinstance(mode, ValuedFakeTensorMode) else {},
+        numbers_read=recorder.numbers_read,
         hazards=hazards,
         peak_new_bytes=recorder.live.peak,
     )

@@ -336,3 +336,56 @@ def test_a_batch_index_out_of_range_fails_the_trace_as_it_fails_on_a_gpu():
     with pytest.raises(TraceError, match="out of range .* fails the same way on a GPU"):
         trace_step(nn.Linear(16, 3), (torch.randn(4, 16), labels), step, None, "32-true",
                    target_type="cuda", trace_on="cpu")
+
+
+class Linear(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x)
+
+
+@pytest.mark.parametrize("overflowed", [
+    lambda loss: torch.isnan(loss).any(), lambda loss: torch.isinf(loss), lambda loss: ~torch.isfinite(loss).all(),
+    lambda loss: loss != loss,
+])
+def test_a_check_of_the_models_numbers_for_nan_or_infinity_reads_them_as_finite(overflowed):
+    def step(model: nn.Module, batch: tuple) -> torch.Tensor:
+        loss = F.cross_entropy(model(batch[0]), batch[1])
+        if overflowed(loss):
+            raise FloatingPointError("a step with a finite loss does not come here")
+        return loss
+
+    trace = trace_step(Linear(), (torch.randn(4, 8), torch.randint(0, 3, (4,))), step, None, "32-true")
+    assert any(op.phase == "backward" for op in trace.ops)
+
+
+@pytest.mark.parametrize("target_type", ["cuda", "cpu"])
+def test_a_number_the_model_computed_reads_as_the_stand_in_and_waits_for_a_gpu(target_type):
+    from ptp_callback.tracer import STAND_IN
+
+    read = []
+
+    def step(model: nn.Module, batch: tuple) -> torch.Tensor:
+        loss = F.cross_entropy(model(batch[0]), batch[1])
+        read.append(loss.item())  # logged
+        return loss
+
+    batch = (torch.randn(4, 8), torch.randint(0, 3, (4,)))
+    trace = trace_step(Linear(), batch, step, None, "32-true", target_type=target_type)
+    assert read == [STAND_IN] and trace.numbers_read == 1
+    syncs = [op for op in trace.ops if op.name == "ptp.sync"]
+    assert len(syncs) == (1 if target_type == "cuda" else 0)  # a GPU's loss is copied to the host
+    prediction = predict_step(Linear(), batch, step, precision="32-true", device="h100-sxm")
+    assert any("reads 1 number(s) its model computed" in note for note in prediction.notes)
+
+
+def test_an_integer_the_model_computed_still_stops_the_trace():
+    def step(model: nn.Module, batch: tuple) -> torch.Tensor:
+        out = model(batch[0])
+        return out[: int((out > 0).sum())].sum()  # a size the model's values decide
+
+    with pytest.raises(TraceError, match="reads a number its model computed"):
+        trace_step(Linear(), (torch.randn(4, 8),), step, None, "32-true")

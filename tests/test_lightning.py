@@ -296,8 +296,8 @@ class DataDependent(Tiny):
     def training_step(self, batch, batch_idx):
         x, y = batch
         h = self.net(x)
-        # Python reads a number the model computed: untraceable with fake tensors
-        return h[: 1 + int(h.detach().abs().sum()) % 4].sum() + F.cross_entropy(h, y)
+        # Python counts values the model computed, and sizes a tensor by them: untraceable with fake tensors
+        return h[: 1 + int((h.detach() > 0).sum()) % 4].sum() + F.cross_entropy(h, y)
 
 
 def test_untraceable_model_warns_once_and_falls_back():
@@ -310,6 +310,26 @@ def test_untraceable_model_warns_once_and_falls_back():
     assert "could not trace the training step" in str(ours[0].message)
     assert "falling back to measured timing" in str(ours[0].message)
     assert callback.eta_text  # measured timing still gives an ETA
+
+
+class ReadsItsLoss(Tiny):
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.cross_entropy(self.net(x), y)
+        if not torch.isfinite(loss):  # skip a step whose loss overflowed
+            return None
+        self.log("loss_value", loss.item(), prog_bar=True)
+        return loss
+
+
+def test_a_step_that_checks_and_logs_its_loss_as_a_number_is_predicted_not_measured():
+    callback = PrecisionTimeCallback()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        messages = _logged([callback], ReadsItsLoss())
+    assert not [w for w in caught if issubclass(w.category, PtpWarning)]
+    assert any(m.startswith("ptp: predicted fit ") for m in messages)
+    assert callback.predicted_fit_s > 0
 
 
 class TwoOptimizers(Tiny):

@@ -207,7 +207,7 @@ class DataDependent(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.proj(x)
-        return h[: 1 + int(h.detach().abs().sum()) % 4].sum()  # Python reads a number the model computed
+        return h[: 1 + int((h.detach() > 0).sum()) % 4].sum()  # Python reads a count the model's numbers decide
 
 
 def test_untraceable_model_names_the_op():
