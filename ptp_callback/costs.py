@@ -261,7 +261,8 @@ def is_known(func: torch._ops.OpOverload) -> bool:
     if name.startswith("_foreach_") or name.startswith("_fused_"):
         return True
     tags = getattr(func, "tags", ())
-    return torch.Tag.pointwise in tags or torch.Tag.reduction in tags
+    # ``view_copy``: a view's copying twin (``diagonal_copy``: torchmetrics' confusion matrices), one copy kernel
+    return torch.Tag.pointwise in tags or torch.Tag.reduction in tags or torch.Tag.view_copy in tags
 
 
 @lru_cache(maxsize=None)

@@ -10,6 +10,7 @@ device, take the host's costs (probed once per machine, cached), and turn it all
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -26,7 +27,7 @@ from .run_plan import LoaderFacts, RunPlan, StepCosts, plan_run
 from .schedule import FitSchedule
 from .step import resolve_device
 from .trace_cache import cached_trace_step
-from .tracer import OpRecord, OptimizerArg, StepFn, Trace
+from .tracer import OpRecord, OptimizerArg, StepFn, Trace, TraceError, TraceWarning
 
 if TYPE_CHECKING:
     from .advisor import PrecisionOption
@@ -106,9 +107,16 @@ def predict_run(
                                       extra_key=extra_key)
     step = simulate(trace, spec, coef)
     val_step = None
+    notes = list(trace.notes)
     if val_batch is not None:
-        val_trace, val_cached = cached_trace_step(model, val_batch, val_step_fn, None, precision,
-                                                  target_type=target_type, train=False, extra_key=extra_key)
+        try:
+            val_trace, val_cached = cached_trace_step(model, val_batch, val_step_fn, None, precision,
+                                                      target_type=target_type, train=False, extra_key=extra_key)
+        except TraceError as exc:
+            val_trace, val_cached = _forward_of(trace), True
+            note = f"{exc}; its batches are priced as the training step's forward"
+            warnings.warn(f"ptp: {note}", TraceWarning, stacklevel=2)
+            notes.append(note)
         val_step = simulate(val_trace, spec, coef)
         cached = cached and val_cached
     trace_s = time.perf_counter() - started
@@ -139,7 +147,13 @@ def predict_run(
                     step_memory_bytes=0.0 if on_gpu else step_memory_bytes(trace),
                     val_workers_live_on=val_workers_live_on)
     return RunPrediction(trace, step, val_step, plan, spec, coef, host, checkpoint_bytes, 0.0 if cached else trace_s,
-                         cached, list(trace.notes))
+                         cached, notes)
+
+
+def _forward_of(trace: Trace) -> Trace:
+    """A training step's forward alone: what a validation step that cannot be traced (one that hands
+    its outputs to NumPy for a metric) stands in for; it is the same model on a batch of the same kind."""
+    return replace(trace, ops=[op for op in trace.ops if op.phase == "forward"])
 
 
 def _with_worker_costs(loader: LoaderFacts) -> LoaderFacts:

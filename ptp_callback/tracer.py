@@ -840,7 +840,8 @@ def _trace(
         except Exception as exc:  # noqa: BLE001 - every failure becomes one clear TraceError
             where = recorder.failed_op or "Python code outside any aten op"
             raise TraceError(
-                f"could not trace the training step: {type(exc).__name__} at {where}: {exc}{_why(exc)}"
+                f"could not trace the {'training' if train else 'validation'} step: {type(exc).__name__} at {where}: "
+                f"{exc}{_why(exc)}"
             ) from exc
 
     hazards = tuple(dict.fromkeys(h for h in (eps_underflow(c) for c in copies) if h))
@@ -875,6 +876,8 @@ def _why(exc: Exception) -> str:
     if isinstance(exc, DynamicOutputShapeException):
         return (" -- this op's output size depends on the values of its inputs (packed sequences, lengths, "
                 "unique values), which a trace on fake tensors does not have")
+    if ".numpy() is not supported for tensor subclasses" in str(exc):
+        return " -- the step hands the model's numbers to NumPy, which a trace on fake tensors does not have"
     if "out of bounds" in str(exc):
         return (" -- an index the batch holds is out of range (labels beyond the model's classes, token ids "
                 "beyond its vocabulary): the step fails the same way on a GPU")

@@ -332,6 +332,25 @@ def test_a_step_that_checks_and_logs_its_loss_as_a_number_is_predicted_not_measu
     assert callback.predicted_fit_s > 0
 
 
+class NumPyMetric(Tiny):
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        predicted = self.net(x).argmax(-1).cpu().numpy()  # a metric in NumPy: untraceable
+        self.log("val_acc", float((predicted == y.cpu().numpy()).mean()))
+
+
+def test_a_validation_step_that_cannot_be_traced_is_priced_as_the_training_forward_with_one_warning():
+    callback = PrecisionTimeCallback()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        messages = _logged([callback], NumPyMetric())
+    ours = [str(w.message) for w in caught if issubclass(w.category, UserWarning) and "ptp" in str(w.message)]
+    assert len(ours) == 1 and "could not trace the validation step" in ours[0] and "NumPy" in ours[0]
+    plan = next(m for m in messages if m.startswith("ptp: predicted fit "))
+    assert "validation " in plan  # predicted, not left out
+    assert callback.predicted_fit_s > 0
+
+
 class TwoOptimizers(Tiny):
     """A GAN-like module under manual optimization: two optimizers, two backwards, a schedule."""
 
