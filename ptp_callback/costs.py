@@ -106,6 +106,8 @@ _HOST_ONLY: frozenset[str] = frozenset((
     "_record_function_enter_new", "_record_function_exit", "_record_function_enter",
     "record_stream", "is_nonzero", "equal", "_assert_async", "sym_size", "sym_stride",
     "sym_numel", "sym_storage_offset", "_to_copy_meta", "device",
+    # a sparse gradient's (nn.Embedding(sparse=True)) tensor built around its indices and values
+    "_sparse_coo_tensor_with_dims_and_tensors", "is_coalesced",
 ))
 
 # Kernels launched per call where it is not one (device-side work split into passes).
@@ -151,6 +153,8 @@ _DATA_MOVEMENT: frozenset[str] = frozenset((
     "reflection_pad1d_backward", "reflection_pad2d_backward", "reflection_pad3d", "reflection_pad3d_backward",
     "replication_pad1d", "replication_pad1d_backward", "replication_pad2d_backward", "replication_pad3d",
     "replication_pad3d_backward", "index_fill", "index_fill_", "diag_embed",
+    # nn.Embedding(max_norm=...): the looked-up rows rescaled in place before the lookup
+    "embedding_renorm_",
     # cuFFT: one to a few passes over the data for the sizes models use (FNO, FNet, spectrograms)
     "_fft_r2c", "_fft_c2r", "_fft_c2c",
     # torchvision's detection ops: gathers with bilinear weights (backward: atomic adds), box overlaps

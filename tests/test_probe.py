@@ -44,7 +44,8 @@ def test_a_cache_taken_on_a_busy_machine_is_measured_again(tmp_path, monkeypatch
         json.dump([[0.0, 0.5]], f)
     result = probe_device(torch.device("cpu"))
     assert result.device_name != "cached"  # measured again
-    assert result.gemm_tflops["fp32"]["512"] > 100 * slow and result.gemm_tflops["fp32"]["1024"] > 0
+    # (the 1024^3 GEMM is left out where the 512^3 one took long: a machine busy with other tests)
+    assert result.gemm_tflops["fp32"]["512"] > 100 * slow and all(r > 0 for r in result.gemm_tflops["fp32"].values())
     with open(path) as f:
         assert json.load(f)["gemm_tflops"]["fp32"]["512"] == result.gemm_tflops["fp32"]["512"]  # the cache heals
     # The better of the two readings of each rate stands: the old host-op times were faster.

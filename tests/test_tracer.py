@@ -403,6 +403,8 @@ def test_common_activations_and_their_backwards_are_known_ops(activation):
     # the chunked gated delta rule of linear attention (Qwen3-Next) solves small triangular systems
     lambda x: torch.linalg.solve_triangular(torch.eye(8) + x.view(4, 8, 8).tril(-1), x.view(4, 8, 8), upper=False),
     lambda x: torch.diagonal_copy(x.view(8, 32)),  # a view's copying twin (torchmetrics' confusion matrices)
+    # nn.Embedding(max_norm=1.0) rescales the rows it looks up, in place
+    lambda x: x + F.embedding(torch.tensor([0, 3]), x.detach().view(8, 32).clone(), max_norm=1.0).sum(),
 ])
 def test_ops_that_models_we_met_use_are_known(make):
     model = nn.Linear(32, 32)
