@@ -75,6 +75,7 @@ from .precision import PrecisionSpec, as_precision
 from .packed_sequences import failed_over_packed_sequences, is_packing, run_packing
 from .recurrent import is_rnn, run_rnn
 from .repeated_blocks import trace_repeated
+from .value_reads import STAND_IN, numpy_reads
 from .rng import rng_preserved
 
 StepFn = Callable[[torch.nn.Module, Any], Any]
@@ -84,12 +85,6 @@ OptimizerArg = (torch.optim.Optimizer | Callable[[list[torch.nn.Parameter]], tor
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
 _PRIM_DEVICE = torch.ops.prim.device.default
 _LOCAL_SCALAR = torch.ops.aten._local_scalar_dense.default
-# What a floating-point number the model computed reads as (``loss.item()``, ``float(acc)``): a
-# step logs most such numbers, and checks some against bounds that a normal step stays within
-# (``if loss.item() > 1e4``); 1.0 is inside any such bound, and no divisor of zero. Integer and
-# boolean reads get no stand-in: they size tensors or pick branches (``torch.isnan(loss).any()``
-# reads as False: ``known_values.py``).
-STAND_IN = 1.0
 # One-element random draws, which Python may read (LayerDrop: ``if torch.rand([]) < p: skip``).
 _RANDOM_DRAWS = frozenset(getattr(torch.ops.aten.rand, name) for name in ("default", "generator")
                           if hasattr(torch.ops.aten.rand, name))
@@ -220,7 +215,7 @@ class Trace:
         if not self.numbers_read:
             return None
         sync = ", each a wait for the GPU" if self.target_type == "cuda" else ""
-        return (f"the step reads {self.numbers_read} number(s) its model computed (`.item()`, `float(t)`){sync}: "
+        return (f"the step reads values its model computed {self.numbers_read} time(s) (`.item()`, `.numpy()`){sync}: "
                 f"traced as {STAND_IN}")
 
     @property
@@ -335,7 +330,7 @@ class _Recorder(TorchDispatchMode):
                     return args[0].constant.item()
             if args[0].is_floating_point():
                 # A number the model computed, read for the logs or a check (``loss.item()``): a
-                # fake tensor has none, so the step goes on with a stand-in (see STAND_IN).
+                # fake tensor has none, so the step goes on with a stand-in (``value_reads.py``).
                 self.numbers_read += 1
                 return STAND_IN
         out = self.meta.run(func, args, kwargs)
@@ -370,6 +365,12 @@ class _Recorder(TorchDispatchMode):
         self.live.track(ins, outs)
         self.views = 0
         self.module_calls = 0
+
+    def read_into_numpy(self) -> None:
+        """The step handed values its model computed to NumPy (``value_reads.numpy_reads``)."""
+        self.numbers_read += 1
+        if self.cuda_target and self.active:
+            self.pseudo("ptp.sync")  # copied from the GPU once the work queued before it is done
 
     def pseudo(self, name: str, params: int = 0) -> None:
         """Record host work that no aten op shows (a sync, a per-parameter Python loop)."""
@@ -823,6 +824,7 @@ def _trace(
             stack.enter_context(torch.no_grad())
         stack.enter_context(module_path)
         stack.enter_context(real_mask_checks(batch))
+        stack.enter_context(numpy_reads(recorder.read_into_numpy))
         if target_type == "cuda":
             stack.enter_context(_CudaKernels(recorder, proxy=proxy_for_cuda))
         stack.enter_context(recorder)

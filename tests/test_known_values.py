@@ -364,7 +364,7 @@ def test_a_check_of_the_models_numbers_for_nan_or_infinity_reads_them_as_finite(
 
 @pytest.mark.parametrize("target_type", ["cuda", "cpu"])
 def test_a_number_the_model_computed_reads_as_the_stand_in_and_waits_for_a_gpu(target_type):
-    from ptp_callback.tracer import STAND_IN
+    from ptp_callback.value_reads import STAND_IN
 
     read = []
 
@@ -379,7 +379,7 @@ def test_a_number_the_model_computed_reads_as_the_stand_in_and_waits_for_a_gpu(t
     syncs = [op for op in trace.ops if op.name == "ptp.sync"]
     assert len(syncs) == (1 if target_type == "cuda" else 0)  # a GPU's loss is copied to the host
     prediction = predict_step(Linear(), batch, step, precision="32-true", device="h100-sxm")
-    assert any("reads 1 number(s) its model computed" in note for note in prediction.notes)
+    assert any("reads values its model computed 1 time(s)" in note for note in prediction.notes)
 
 
 def test_an_integer_the_model_computed_still_stops_the_trace():
@@ -389,3 +389,24 @@ def test_an_integer_the_model_computed_still_stops_the_trace():
 
     with pytest.raises(TraceError, match="reads a number its model computed"):
         trace_step(Linear(), (torch.randn(4, 8),), step, None, "32-true")
+
+
+@pytest.mark.parametrize("target_type", ["cuda", "cpu"])
+def test_values_handed_to_numpy_read_as_stand_ins_and_the_batchs_as_themselves(target_type):
+    from ptp_callback.value_reads import STAND_IN
+
+    seen = {}
+
+    def step(model: nn.Module, batch: tuple) -> torch.Tensor:
+        out = model(batch[0])
+        seen["probs"] = out.softmax(-1).detach().cpu().numpy()  # a metric in NumPy
+        seen["labels"] = batch[1].cpu().numpy()
+        return F.cross_entropy(out, batch[1])
+
+    labels = torch.tensor([0, 2, 1, 1])
+    trace = trace_step(Linear(), (torch.randn(4, 8), labels), step, None, "32-true", target_type=target_type)
+    assert seen["probs"].shape == (4, 3) and (seen["probs"] == STAND_IN).all()
+    assert seen["labels"].tolist() == labels.tolist()
+    assert trace.numbers_read == 1
+    assert len([op for op in trace.ops if op.name == "ptp.sync"]) == (1 if target_type == "cuda" else 0)
+    assert torch.empty(2).numpy().shape == (2,)  # real tensors are untouched, during the trace and after
