@@ -2,7 +2,8 @@
 
 What ``PrecisionTimeCallback`` needs to trace a LightningModule's real training and validation
 steps outside the loop (the module's own ``training_step`` called on an example batch, with its
-``self.log`` calls silenced because the loop's result collection does not exist yet), the
+``self.log`` calls silenced because the loop's result collection does not exist yet, and its
+loggers too, so that nothing the trace computes reaches the user's logs), the
 precision of the trainer, and the gradient communication of its strategy.
 """
 
@@ -195,12 +196,32 @@ def communication(trainer: Trainer) -> Callable[[Any, DeviceSpec], float]:
     return seconds
 
 
+class _SilentLogger:
+    """A logger while a step is traced: whatever the step asks of it (``self.logger.experiment
+    .add_image(...)``, ``log_metrics``) does nothing, so the trace's stand-in numbers never reach
+    the user's logs."""
+
+    def __getattr__(self, name: str) -> _SilentLogger:
+        return self
+
+    def __call__(self, *args: Any, **kwargs: Any) -> _SilentLogger:
+        return self
+
+
 @contextlib.contextmanager
 def quiet_logging(module: LightningModule) -> Iterator[None]:
     """``self.log`` needs the loop's result collection, which does not exist at fit start: while
-    tracing, logging calls are no-ops."""
-    with _stood_in(module, log=_nothing, log_dict=_nothing):
-        yield
+    tracing, logging calls are no-ops, and the trainer's loggers are silent stand-ins."""
+    trainer = module._trainer
+    loggers = trainer.loggers if trainer is not None else []
+    if loggers:
+        trainer.loggers = [_SilentLogger() for _ in loggers]
+    try:
+        with _stood_in(module, log=_nothing, log_dict=_nothing):
+            yield
+    finally:
+        if loggers:
+            trainer.loggers = loggers
 
 
 def predict_fit(trainer: Trainer, module: LightningModule, spec: PrecisionSpec | None, checkpoint: Any,

@@ -332,6 +332,30 @@ def test_a_step_that_checks_and_logs_its_loss_as_a_number_is_predicted_not_measu
     assert callback.predicted_fit_s > 0
 
 
+class WritesToItsLogger(Tiny):
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.cross_entropy(self.net(x), y)
+        self.logger.experiment.log_metrics({"loss_value": loss.item()}, self.global_step)
+        return loss
+
+
+def test_what_a_traced_step_writes_to_its_logger_never_reaches_the_logs(tmp_path):
+    from lightning.pytorch.loggers import CSVLogger
+
+    callback = PrecisionTimeCallback()
+    logger = CSVLogger(tmp_path, name="fit", version=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer([callback], logger=logger, enable_progress_bar=False, limit_val_batches=0,
+                max_epochs=1).fit(WritesToItsLogger(), loaders()[0])
+    assert not [w for w in caught if issubclass(w.category, PtpWarning)]
+    assert callback.predicted_fit_s > 0
+    with open(tmp_path / "fit" / "version_0" / "metrics.csv") as f:
+        rows = [line for line in f.read().splitlines()[1:] if line]
+    assert len(rows) == 32  # one per training batch: none from the trace's stand-in loss
+
+
 class CountsPositives(Tiny):
     def validation_step(self, batch, batch_idx):
         x, y = batch
