@@ -141,14 +141,19 @@ _FILLS = frozenset(op for op in (
 ))
 
 
+_ALL = frozenset((_aten.all.default, _aten.all.dim, _aten.all.dims))
 _NOT_FINITE = frozenset((_aten.isnan.default, _aten.isinf.default, _aten.isposinf.default, _aten.isneginf.default))
 
 
 def _as_finite(func: Any, args: tuple) -> bool | None:
-    """What a check of the model's numbers for NaN or infinity answers when they are all finite:
-    ``isnan``/``isinf`` False; ``isfinite``, which is ``(x == x) * (x.abs() != inf)``, True (``x == x``
-    and ``x != inf`` True). ``None`` for any other op, or an input with values."""
+    """What a check of the model's numbers answers when they are finite and keep the invariants the
+    step checks: ``isnan``/``isinf`` False; ``isfinite``, which is ``(x == x) * (x.abs() != inf)``,
+    True (``x == x`` and ``x != inf`` True); ``all`` of a condition on them True (DETR's matcher
+    checks that its predicted boxes' corners are in order, torchmetrics that its inputs are
+    probabilities). ``None`` for any other op, or an input with values."""
     x = args[0] if args else None
+    if func in _ALL and isinstance(x, FakeTensor) and x.constant is None and x.dtype == torch.bool:
+        return True  # a check that the model's numbers keep an invariant (DETR: boxes' corners in order)
     if not isinstance(x, FakeTensor) or x.constant is not None or not x.is_floating_point():
         return None
     if func in _NOT_FINITE:
