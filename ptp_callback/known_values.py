@@ -111,7 +111,7 @@ class ValuedFakeTensorMode(FakeTensorMode):
             out.constant = None
         if isinstance(out, FakeTensor) and out.constant is None and out.dtype == torch.bool and self._keeps_values(func, out):
             finite = _as_finite(func, args)
-            if finite is not None:  # a check for NaN or infinity of the model's numbers: they are finite
+            if finite is not None:  # a check of the model's numbers: finite, and keeping their invariants
                 with unset_fake_temporarily():
                     out.constant = torch.full(out.shape, finite, dtype=torch.bool)
         if func in _FILLS and isinstance(out, FakeTensor) and out.constant is None and self._keeps_values(func, out):

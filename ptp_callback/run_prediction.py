@@ -151,8 +151,8 @@ def predict_run(
 
 
 def _forward_of(trace: Trace) -> Trace:
-    """A training step's forward alone: what a validation step that cannot be traced (one that hands
-    its outputs to NumPy for a metric) stands in for; it is the same model on a batch of the same kind."""
+    """A training step's forward alone: what a validation step that cannot be traced (one that counts
+    what its model decides with ``int(...)``) stands in for; the same model on a batch of the same kind."""
     return replace(trace, ops=[op for op in trace.ops if op.phase == "forward"])
 
 

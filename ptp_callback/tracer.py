@@ -71,12 +71,12 @@ from .mask_checks import real_mask_checks
 from .meta_dispatch import MetaShortcut
 from .module_conversion import conversions_keep_fake_parameters
 from .optimizer_precision import eps_underflow
-from .precision import PrecisionSpec, as_precision
 from .packed_sequences import failed_over_packed_sequences, is_packing, run_packing
+from .precision import PrecisionSpec, as_precision
 from .recurrent import is_rnn, run_rnn
 from .repeated_blocks import trace_repeated
-from .value_reads import STAND_IN, numpy_reads
 from .rng import rng_preserved
+from .value_reads import STAND_IN, numpy_reads
 
 StepFn = Callable[[torch.nn.Module, Any], Any]
 OptimizerArg = (torch.optim.Optimizer | Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer] | ManualOptimization
@@ -193,7 +193,8 @@ class Trace:
     # Ops sized by values the trace does not have, taken at their largest (``known_values.py``),
     # with their count: warned about.
     taken_largest: dict[str, int] = field(default_factory=dict)
-    # Floating-point numbers the step read from its model's values, each given ``STAND_IN``.
+    # How often the step read floating-point values its model computed (``.item()``, ``.numpy()``),
+    # each given ``STAND_IN`` (``value_reads.py``).
     numbers_read: int = 0
     # The most bytes the step's new tensors (activations, gradients, the optimizer's temporaries)
     # held at once (``live_memory.py``); the parameters and optimizer state come on top.
@@ -873,8 +874,8 @@ def _why(exc: Exception) -> str:
         return (" -- packed sequences (pack_padded_sequence) are traced for a GPU target only: a CPU runs a "
                 "recurrent layer over them step by step, by the values of their sizes")
     if isinstance(exc, DataDependentOutputException):
-        return (" -- the step reads a number its model computed (`.item()`, `int(t)`, `if t.any():`), which a "
-                "trace on fake tensors does not have")
+        return (" -- the step reads an integer or a truth value its model's numbers decide (`int((out > 0).sum())`, "
+                "`if (out > 0).any():`), which a trace on fake tensors does not have")
     if isinstance(exc, DynamicOutputShapeException):
         return (" -- this op's output size depends on the values of its inputs (packed sequences, lengths, "
                 "unique values), which a trace on fake tensors does not have")

@@ -389,7 +389,7 @@ def test_an_integer_the_model_computed_still_stops_the_trace():
         out = model(batch[0])
         return out[: int((out > 0).sum())].sum()  # a size the model's values decide
 
-    with pytest.raises(TraceError, match="reads a number its model computed"):
+    with pytest.raises(TraceError, match="reads an integer or a truth value its model.s numbers decide"):
         trace_step(Linear(), (torch.randn(4, 8),), step, None, "32-true")
 
 

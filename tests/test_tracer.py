@@ -215,7 +215,7 @@ def test_untraceable_model_names_the_op():
                                          r"DataDependent\.proj|DataDependent, forward") as failed:
         trace_step(DataDependent(), (torch.randn(4, 8),), lambda m, b: m(*b), None, "32-true")
     # and says why such an op cannot be traced
-    assert "reads a number its model computed" in str(failed.value)
+    assert "reads an integer or a truth value its model's numbers decide" in str(failed.value)
 
 
 class Mismatched(nn.Module):
