@@ -55,16 +55,15 @@ class RunPlan:
     save (``first_save_s`` the first, when it differs: later saves also delete the checkpoint they
     replace); ``sanity_s`` the sanity check, of which ``sanity_warmup_s`` is GPU warm-up;
     ``warmup_s`` what the first training batches take beyond steady ones; ``end_s`` the teardown
-    after the last batch; ``loop_s`` the training loop's own work that ``train_batch_s`` counts;
-    ``val_fork_s`` what the training batch after a validation run inside an epoch pays for it on a
+    after the last batch; ``val_fork_s`` what the training batch after a validation run inside an epoch pays for it on a
     CPU whose validation loader forks workers each run (see :func:`plan_run`);
     ``val_workers_persist``: the validation loader's workers persist between runs, so only the
     sanity check (or the first run) starts them and a run has no fixed part to speak of.
 
     Refinements the forecaster applies before step one: ``sanity_calibrates`` -- the sanity
-    check's steady batches measure the loop's per-batch work (on a CPU, where no GPU warm-up hides
-    it), from the last of the validation loader's ``sanity_loader_workers`` workers' first batch on
-    (gaps before it time the workers' start), in place of ``loop_s``; ``warmup_per_sanity_excess``
+    check's steady batches measure a validation batch, its loop's work included (on a CPU, where no
+    GPU warm-up hides it), from the last of the validation loader's ``sanity_loader_workers``
+    workers' first batch on (gaps before it time the workers' start); ``warmup_per_sanity_excess``
     -- on a GPU, what the sanity check took beyond its predicted batches is the first use of the
     forward's kernels, and the first training step uses about that many times more new kernels
     (the backward's data and weight gradients, the optimizer).
@@ -85,7 +84,6 @@ class RunPlan:
     sanity_calibrates: bool = False
     sanity_loader_workers: int = 0
     warmup_per_sanity_excess: float = 0.0
-    loop_s: float = 0.0
     val_fork_s: float = 0.0
     val_workers_persist: bool = False
 
@@ -219,7 +217,6 @@ def plan_run(
         sanity_loader_workers=max(0, val_loader.num_workers),
         warmup_per_sanity_excess=TRAIN_KERNELS_PER_FORWARD_KERNEL if on_gpu else 0.0,
         val_workers_persist=persist,
-        loop_s=host.loop_s,
         val_fork_s=fork_write if forks_each_run else 0.0,
     )
 
