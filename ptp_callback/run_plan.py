@@ -55,8 +55,8 @@ class RunPlan:
     save (``first_save_s`` the first, when it differs: later saves also delete the checkpoint they
     replace); ``sanity_s`` the sanity check, of which ``sanity_warmup_s`` is GPU warm-up;
     ``warmup_s`` what the first training batches take beyond steady ones; ``end_s`` the teardown
-    after the last batch; ``val_fork_s`` what the training batch after a validation run inside an epoch pays for it on a
-    CPU whose validation loader forks workers each run (see :func:`plan_run`);
+    after the last batch; ``val_fork_s`` what the training batch after a validation run inside an
+    epoch pays for it on a CPU whose validation loader forks workers each run (see :func:`plan_run`);
     ``val_workers_persist``: the validation loader's workers persist between runs, so only the
     sanity check (or the first run) starts them and a run has no fixed part to speak of.
 
