@@ -215,7 +215,7 @@ class Trace:
         """One sentence on the numbers the step read from its model's values, or ``None``."""
         if not self.numbers_read:
             return None
-        sync = ", each a wait for the GPU" if self.target_type == "cuda" else ""
+        sync = ", waiting for the work queued on the GPU" if self.target_type == "cuda" else ""
         return (f"the step reads values its model computed {self.numbers_read} time(s) (`.item()`, `.numpy()`){sync}: "
                 f"traced as {STAND_IN}")
 
@@ -318,10 +318,10 @@ class _Recorder(TorchDispatchMode):
         if cost.op_class == "gemm" and cost.kernel == grouped_gemm.KERNEL and not grouped_gemm.fast_path(cost.dtype):
             self.pseudo("ptp.sync")  # the fallback copies the group offsets to the host first
         self.record(str(func), cost, (args, kwargs), out, _replay_spec(args, kwargs) if cost.kernels else None)
-        if self.cuda_target and (is_nms(func) or reads_model_value):
-            # torchvision's CUDA kernel copies its overlap mask to the host; a number the model
-            # computed (``loss.item()``) is copied from the GPU once all work before it is done
-            self.pseudo("ptp.sync")
+        if self.cuda_target and is_nms(func):
+            self.pseudo("ptp.sync")  # torchvision's CUDA kernel copies its overlap mask to the host
+        elif self.cuda_target and reads_model_value:
+            self.wait_for_device()
         return out
 
     def _run(self, func: Any, args: tuple, kwargs: dict) -> Any:
@@ -371,7 +371,18 @@ class _Recorder(TorchDispatchMode):
         """The step handed values its model computed to NumPy (``value_reads.numpy_reads``)."""
         self.numbers_read += 1
         if self.cuda_target and self.active:
-            self.pseudo("ptp.sync")  # copied from the GPU once the work queued before it is done
+            self.wait_for_device()
+
+    def wait_for_device(self) -> None:
+        """A value the model computed, copied from the GPU once the work queued before it is done:
+        a host sync, unless no kernel was queued since the last one (``.tolist()`` of a GPU tensor
+        reads every element after one copy)."""
+        for op in reversed(self.ops):
+            if op.name == "ptp.sync":
+                return
+            if op.cost.kernels > 0:
+                break
+        self.pseudo("ptp.sync")
 
     def pseudo(self, name: str, params: int = 0) -> None:
         """Record host work that no aten op shows (a sync, a per-parameter Python loop)."""

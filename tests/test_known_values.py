@@ -384,6 +384,19 @@ def test_a_number_the_model_computed_reads_as_the_stand_in_and_waits_for_a_gpu(t
     assert any("reads values its model computed 1 time(s)" in note for note in prediction.notes)
 
 
+def test_reading_many_numbers_in_a_row_waits_for_the_gpu_once():
+    def step(model: nn.Module, batch: tuple) -> torch.Tensor:
+        out = model(batch[0])
+        out.detach().tolist()  # 12 numbers, one copy from the GPU
+        loss = F.cross_entropy(out, batch[1])
+        loss.item()  # after more work queued: a second wait
+        return loss
+
+    trace = trace_step(Linear(), (torch.randn(4, 8), torch.randint(0, 3, (4,))), step, None, "32-true")
+    assert trace.numbers_read == 13
+    assert len([op for op in trace.ops if op.name == "ptp.sync"]) == 2
+
+
 def test_an_integer_the_model_computed_still_stops_the_trace():
     def step(model: nn.Module, batch: tuple) -> torch.Tensor:
         out = model(batch[0])
