@@ -6,12 +6,12 @@ and its fit fell back to measured timing. The trace gives each such read a stand
 :data:`STAND_IN` for every floating-point value. A step logs most of them, and checks some against
 bounds that a normal step stays within (``if loss.item() > 1e4``); 1.0 is inside any such bound,
 and no divisor of zero. Integer and boolean values the model decides get no stand-in: they size
-tensors or pick branches, and stop the trace (a check for NaN or infinity is answered as finite
-instead: ``known_values.py``). Values the trace does know (the batch's labels, a router's spread
-choices) read as themselves.
+tensors or pick branches, and stop the trace (a check for NaN or infinity, or that an invariant
+holds, is answered as for a healthy step instead: ``known_values.py``). Values the trace does know
+(the batch's labels, a router's spread choices) read as themselves.
 
 On a GPU each such read copies from the device, after all the work queued before it: the trace
-records a host sync there (``ptp.sync``).
+records a host sync there (``ptp.sync``), one for reads in a row.
 """
 
 from __future__ import annotations
