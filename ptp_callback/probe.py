@@ -32,7 +32,8 @@ from .devices import DeviceSpec
 from .rng import rng_preserved
 
 _GEMM_SIZES = (256, 512, 1024)
-_SKINNY = "64x1024x1024"
+_SKINNY_SHAPE = (64, 1024, 1024)  # (m, n, k): a 64-row batch through a 1024-wide layer
+_SKINNY = "x".join(map(str, _SKINNY_SHAPE))
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -172,7 +173,7 @@ def _measure(device: torch.device) -> ProbeResult:
         rates: dict[str, float] = {}
         # Square sizes, then a skinny one (a 64-row batch through a 1024-wide layer): how the rate
         # falls with the smallest dimension is what small batches and narrow layers meet.
-        for label, (m, n, k) in [(_SKINNY, (64, 1024, 1024))] + [(str(s), (s, s, s)) for s in _GEMM_SIZES]:
+        for label, (m, n, k) in [(_SKINNY, _SKINNY_SHAPE)] + [(str(s), (s, s, s)) for s in _GEMM_SIZES]:
             a = torch.randn(m, k, device=device).to(dtype)
             b = torch.randn(k, n, device=device).to(dtype)
             seconds = _gemm_seconds(a, b, device)
@@ -233,7 +234,7 @@ def _transposed_gemm_tflops(dtype: torch.dtype, device: torch.device) -> float:
     transposed (fp32: 1.2 and 1.4 ms), and a bf16 MLP's training step 340 ms, 290 of them in its
     one row-major input gradient (:func:`cpu_coefficients`).
     """
-    m, n, k = 64, 1024, 1024
+    m, n, k = _SKINNY_SHAPE
     a = torch.randn(m, k, device=device).to(dtype)
     weight = torch.randn(n, k, device=device).to(dtype)
     return 2 * m * n * k / _gemm_seconds(a, weight.t(), device) / 1e12
@@ -454,7 +455,7 @@ def _parts_faster_now(cached: ProbeResult, device: torch.device) -> bool:
         return False
     skinny = cached.gemm_tflops.get("fp32", {}).get(_SKINNY)
     if skinny:
-        m, n, k = 64, 1024, 1024
+        m, n, k = _SKINNY_SHAPE
         seconds = _gemm_seconds(torch.randn(m, k), torch.randn(k, n), device)
         if 2 * m * n * k / seconds / 1e12 > SPOT_CHECK_FASTER * skinny:
             return True
