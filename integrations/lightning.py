@@ -36,18 +36,18 @@ from typing import Any
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
-from ptp_callback.arguments import lazy_modules
+from ptp_callback.arguments import check_callback_settings, lazy_modules
 from ptp_callback.calibrate import measure_op_classes
-from ptp_callback.device_names import resolve_device_name
+from ptp_callback.device_names import resolve_target
 from ptp_callback.devices import DeviceSpec
 from ptp_callback.display import format_clock
 from ptp_callback.forecast import RunForecaster
 from ptp_callback.notices import OnceWarnings, PrecisionHazard, warn
 from ptp_callback.report import plan_line, report_line
-from ptp_callback.run_prediction import RunPrediction, advice_cost_s, precision_advice
+from ptp_callback.run_prediction import RunPrediction, advice_cost_s
 
-from .lightning_module import (add_bar_metric, compiled, log_eta_metrics, precision_spec, predict_fit,
-                               predicts_the_run_device, quiet_logging, step_code_key, traced_step)
+from .lightning_module import (add_bar_metric, advise_precision, log_eta_metrics, plan_notes, precision_spec,
+                               predict_fit, predicts_the_run_device)
 from .lightning_schedule import (read_checkpoints, read_schedule, rest_of_fit, time_limit_at_epoch_ends,
                                  time_limit_cycle, time_limit_used, with_epoch_length)
 
@@ -83,15 +83,10 @@ class PrecisionTimeCallback(Callback):
     def __init__(self, device: str | torch.device | DeviceSpec | None = None, *, advise: bool | str = "auto",
                  calibrate_ops: bool = False, warmup_batches: int = 3, refresh_s: float = 1.0,
                  show_in_progress_bar: bool = True, clock: Callable[[], float] = time.perf_counter) -> None:
-        if isinstance(device, str) and device.split(":")[0] not in ("cpu", "cuda"):
-            device, note = resolve_device_name(device)  # "h100" -> h100-sxm; an unknown name fails here
-            if note:
-                warn(note)
-        if advise not in (True, False, "auto"):
-            raise ValueError(f"PrecisionTimeCallback(advise={advise!r}): expected True, False or 'auto'")
-        if not isinstance(refresh_s, (int, float)) or not isinstance(warmup_batches, int) or refresh_s < 0 \
-                or warmup_batches < 0:
-            raise ValueError("PrecisionTimeCallback: refresh_s (seconds) and warmup_batches (an integer) must be >= 0")
+        device, note = resolve_target(device)  # "h100" -> h100-sxm; an unknown name fails here
+        if note:
+            warn(note)
+        check_callback_settings("PrecisionTimeCallback", advise, warmup_batches, refresh_s)
         self.device, self.advise, self.calibrate_ops = device, advise, calibrate_ops
         self.warmup_batches = warmup_batches
         self.corrections: dict[str, float] = {}
@@ -167,11 +162,7 @@ class PrecisionTimeCallback(Callback):
             forecaster.set_plan(self.prediction.plan, now)
             line = plan_line(forecaster.initial_parts, forecaster.total_s(now), self.precision_label,
                              self.prediction.device.name)
-            if trainer.early_stopping_callbacks:  # the plan runs to the trainer's limits; say so
-                line += "; EarlyStopping may end it sooner"
-            if compiled(pl_module):
-                line += "; torch.compile's compilation is not in it"
-            _print(trainer, "ptp: " + line)
+            _print(trainer, "ptp: " + line + plan_notes(trainer, pl_module))
             for hazard in self.prediction.trace.hazards:
                 self._warnings.warn(hazard, hazard, PrecisionHazard)
             if self._advice_cost_s() < 0.005 * (forecaster.predicted_total_s or 0.0):
@@ -188,12 +179,9 @@ class PrecisionTimeCallback(Callback):
         if not self.advise or self.prediction is None or self.forecaster is None or self._example is None:
             return
         self.advise = False  # once per fit
-        with self._warnings.guard("precision advice"), quiet_logging(pl_module):
-            step_fn, optimizer = traced_step(trainer, pl_module)
-            text = precision_advice(self.prediction, pl_module, self._example, step_fn, optimizer,
-                                    current=precision_spec(trainer), schedule=self.forecaster.schedule, fit_s=fit_s,
-                                    measured_step_s=measured_step_s, corrections=self.corrections or None,
-                                    extra_key=step_code_key(pl_module))
+        with self._warnings.guard("precision advice"):
+            text = advise_precision(trainer, pl_module, self.prediction, self._example, self.forecaster.schedule,
+                                    fit_s=fit_s, measured_step_s=measured_step_s, corrections=self.corrections or None)
             if text:
                 self.advice_text = text
                 _print(trainer, f"ptp: {text}")

@@ -22,12 +22,13 @@ from ptp_callback.devices import DeviceSpec
 from ptp_callback.loaders import example_batch, first_loader, loader_facts
 from ptp_callback.manual_step import ManualOptimization, ManualStep
 from ptp_callback.precision import PRECISIONS, PrecisionSpec
-from ptp_callback.run_prediction import RunPrediction, predict_run
+from ptp_callback.run_prediction import RunPrediction, precision_advice, predict_run
 from ptp_callback.trace_cache import code_key
 
-__all__ = ["add_bar_metric", "batch_hooks", "communication", "compiled", "has_validation", "log_eta_metrics",
-           "manual_training_step", "precision_spec", "predict_fit", "predicts_the_run_device", "quiet_logging",
-           "step_code_key", "traced_step", "training_step", "validation_step"]
+__all__ = ["add_bar_metric", "advise_precision", "batch_hooks", "communication", "compiled", "has_validation",
+           "log_eta_metrics", "manual_training_step", "plan_notes", "precision_spec", "predict_fit",
+           "predicts_the_run_device", "quiet_logging", "step_code_key", "traced_step", "training_step",
+           "validation_step"]
 
 
 def add_bar_metric(trainer: Trainer, name: str, text: Callable[[], str]) -> Callable[[], None]:
@@ -249,6 +250,25 @@ def predict_fit(trainer: Trainer, module: LightningModule, spec: PrecisionSpec |
             model_to_cpu_at_end=True, framework_loop=True, val_workers_live_on=True,
             extra_key=step_code_key(module), **val)
     return prediction, train_batch
+
+
+def plan_notes(trainer: Trainer, module: LightningModule) -> str:
+    """What may make the fit differ from its plan, which runs to the trainer's limits: an early stop,
+    ``torch.compile``'s compilation (appended to the plan's line, each after ``"; "``)."""
+    notes = "; EarlyStopping may end it sooner" if trainer.early_stopping_callbacks else ""
+    return notes + ("; torch.compile's compilation is not in it" if compiled(module) else "")
+
+
+def advise_precision(trainer: Trainer, module: LightningModule, prediction: RunPrediction, example: Any,
+                     schedule: Any, *, fit_s: float | None, measured_step_s: float | None = None,
+                     corrections: dict[str, float] | None = None) -> str | None:
+    """The precision advice for this fit (:func:`~ptp_callback.run_prediction.precision_advice`): the
+    module's own step traced under the other precisions, with its logging silenced."""
+    with quiet_logging(module):
+        step_fn, optimizer = traced_step(trainer, module)
+        return precision_advice(prediction, module, example, step_fn, optimizer, current=precision_spec(trainer),
+                                schedule=schedule, fit_s=fit_s, measured_step_s=measured_step_s,
+                                corrections=corrections, extra_key=step_code_key(module))
 
 
 def _train_example(trainer: Trainer, transform: Callable[[Any], Any]) -> tuple[Any, Any, float]:

@@ -56,8 +56,10 @@ import torch
 from transformers import TrainerCallback
 from transformers.trainer_callback import CallbackHandler, ExportableState, ProgressCallback
 
+from ptp_callback.arguments import check_callback_settings
 from ptp_callback.cadence import positions_every, with_evaluations
 from ptp_callback.clipping import ClippedGradients
+from ptp_callback.device_names import resolve_target
 from ptp_callback.devices import DeviceSpec
 from ptp_callback.loaders import example_batch, loader_facts
 from ptp_callback.notices import warn
@@ -188,16 +190,11 @@ class PrecisionTimeTrainerCallback(TrainerCallback, ExportableState):
 
     def __init__(self, device: str | None = None, *, advise: bool | str = "auto", warmup_batches: int = 3,
                  refresh_s: float = 1.0, clock: Callable[[], float] = time.perf_counter) -> None:
-        if advise not in (True, False, "auto"):
-            raise ValueError(f"PrecisionTimeTrainerCallback(advise={advise!r}): expected True, False or 'auto'")
-        self.note: str | None = None
+        check_callback_settings("PrecisionTimeTrainerCallback", advise, warmup_batches, refresh_s)
         self.target: str | DeviceSpec | None = None
-        if device is not None and str(device).split(":")[0] not in ("cpu", "cuda"):
-            from ptp_callback.device_names import resolve_device_name
-
-            self.target, self.note = resolve_device_name(str(device))  # an unknown name fails here
-        elif device is not None:
-            self.target = str(device)
+        self.note: str | None = None
+        if device is not None:
+            self.target, self.note = resolve_target(str(device))  # "h100" -> h100-sxm; an unknown name fails here
         self.device, self.advise, self.warmup_batches, self.refresh_s, self.clock = \
             device, advise, warmup_batches, refresh_s, clock
         self.tracker: RunTracker | None = None

@@ -15,7 +15,7 @@ import torch
 from .clipping import clipping_of
 from .manual_step import ManualOptimization
 
-__all__ = ["check_model", "check_optimizer"]
+__all__ = ["check_callback_settings", "check_model", "check_optimizer"]
 
 
 def lazy_modules(model: torch.nn.Module) -> list[str]:
@@ -58,3 +58,13 @@ def check_optimizer(optimizer: Any, where: str) -> None:
         raise ValueError(f"{call}=<{type(optimizer).__name__}>): expected a torch.optim.Optimizer, a factory "
                          "params -> optimizer, ptp.ManualOptimization(optimizers) for a step that steps them "
                          "itself, or None for AdamW defaults")
+
+
+def check_callback_settings(where: str, advise: Any, warmup_batches: Any, refresh_s: Any) -> None:
+    """The settings every framework's callback takes: ``advise`` is True, False or ``"auto"``;
+    ``warmup_batches`` an integer and ``refresh_s`` seconds, neither negative."""
+    if advise not in (True, False, "auto"):
+        raise ValueError(f"{where}(advise={advise!r}): expected True, False or 'auto'")
+    if not isinstance(refresh_s, (int, float)) or not isinstance(warmup_batches, int) or refresh_s < 0 \
+            or warmup_batches < 0:
+        raise ValueError(f"{where}: refresh_s (seconds) and warmup_batches (an integer) must be >= 0")

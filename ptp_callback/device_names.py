@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import difflib
 import re
+from typing import Any
 
 from .devices import DeviceSpec, UnknownDeviceError, get_device, known_devices
 
-__all__ = ["MOST_COMMON", "resolve_device_name"]
+__all__ = ["MOST_COMMON", "resolve_device_name", "resolve_target"]
 
 #: The variant a bare family name means: the one rented and bought most (8-GPU SXM servers for the
 #: data-centre parts, the 80 GB A100 that clouds list first, the 16 GB V100 of the p3-class
@@ -97,3 +98,11 @@ def resolve_device_name(name: str) -> tuple[DeviceSpec, str | None]:
     hint = f"did you mean {', '.join(close)}? " if close else ""
     raise UnknownDeviceError(f"{text!r} is not a known GPU; {hint}`ptp devices` lists them all, "
                              "ptp_callback.register_device(DeviceSpec(...)) adds one")
+
+
+def resolve_target(device: Any) -> tuple[Any, str | None]:
+    """A callback's ``device=``: a GPU's name resolved as :func:`resolve_device_name` does (with its
+    note); ``"cpu"``, ``"cuda[:n]"``, a ``torch.device``, a ``DeviceSpec`` or ``None`` as given."""
+    if isinstance(device, str) and device.split(":")[0] not in ("cpu", "cuda"):
+        return resolve_device_name(device)
+    return device, None

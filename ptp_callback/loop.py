@@ -97,7 +97,7 @@ def track(
         bar: show a tqdm bar with the whole run's ETA (the local main process only).
         verbose: print the plan at the first batch and the report at ``close()``.
     """
-    _check_arguments(model, optimizer, epochs, max_steps, advise, eval_every, save_every)
+    _check_arguments(model, optimizer, epochs, max_steps, advise, eval_every, save_every, warmup_batches, refresh_s)
     settings = _LoopSettings.read(model, accelerator, precision, accumulate, device)
     loader_len = _length(train_loader)
     if eval_every is None and eval_loader is not None:
@@ -210,8 +210,8 @@ def _bad(message: str) -> Any:
 
 
 def _check_arguments(model: Any, optimizer: Any, epochs: Any, max_steps: Any, advise: Any, eval_every: Every,
-                     save_every: Every) -> None:
-    from .arguments import check_model, check_optimizer
+                     save_every: Every, warmup_batches: Any, refresh_s: Any) -> None:
+    from .arguments import check_callback_settings, check_model, check_optimizer
 
     check_model(model, "ptp.track(model=...)")
     check_optimizer(optimizer, "ptp.track(optimizer=...)")
@@ -220,8 +220,7 @@ def _check_arguments(model: Any, optimizer: Any, epochs: Any, max_steps: Any, ad
             _bad(f"{name}={value!r}: expected an integer >= 1")
     if epochs is None and max_steps is None:
         _bad("pass epochs=... or max_steps=... (the run's length)")
-    if advise not in (True, False, "auto"):
-        _bad(f"advise={advise!r}: expected True, False or 'auto'")
+    check_callback_settings("ptp.track", advise, warmup_batches, refresh_s)
     for name, every in (("eval_every", eval_every), ("save_every", save_every)):
         if every is not None and every != "epoch" and (isinstance(every, bool) or not isinstance(every, int)
                                                        or every < 1):

@@ -270,10 +270,12 @@ def train_and_read_the_eta(tracker, model, optimizer, loader, epochs):
      "ptp.track(model=...): the model has no trainable parameters"),
     (lambda m, o, d: ptp.track(m, o, d, step), "pass epochs=... or max_steps=..."),
     (lambda m, o, d: ptp.track(m, o, d, step, epochs=1, eval_every=0), "eval_every=0: expected a number of"),
-    (lambda m, o, d: ptp.track(m, o, d, step, epochs=1, advise="yes"), "advise='yes': expected True, False"),
+    (lambda m, o, d: ptp.track(m, o, d, step, epochs=1, advise="yes"), "ptp.track(advise='yes'): expected True, False"),
+    (lambda m, o, d: ptp.track(m, o, d, step, epochs=1, refresh_s=-1.0),
+     "ptp.track: refresh_s (seconds) and warmup_batches (an integer) must be >= 0"),
     (lambda m, o, d: ptp.track(m, o, d, step, epochs=1, accumulate=0), "accumulate=0: expected an integer"),
     (lambda m, o, d: ptp.track(m, o, d, step, epochs=1, precision="fp8"), "ptp.track(precision='fp8'): expected one"),
-], ids=["optimizer-string", "frozen", "no-length", "eval-every", "advise", "accumulate",
+], ids=["optimizer-string", "frozen", "no-length", "eval-every", "advise", "refresh", "accumulate",
         "precision"])
 def test_bad_arguments_fail_at_once_in_one_line(call, message):
     model, loader = model_and_loader()

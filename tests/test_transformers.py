@@ -149,6 +149,10 @@ def test_an_unknown_device_fails_when_the_callback_is_built():
         PrecisionTimeTrainerCallback(device="h10")
     with pytest.raises(ValueError, match=r"advise='always'"):
         PrecisionTimeTrainerCallback(advise="always")
+    with pytest.raises(ValueError, match=r"refresh_s \(seconds\) and warmup_batches \(an integer\) must be >= 0"):
+        PrecisionTimeTrainerCallback(warmup_batches=-1)
+    with pytest.raises(ValueError, match=r"PrecisionTimeTrainerCallback: refresh_s"):
+        PrecisionTimeTrainerCallback(refresh_s="1")
 
 
 def test_gradient_checkpointing_is_traced_with_the_forward_run_again_in_the_backward(tmp_path):
