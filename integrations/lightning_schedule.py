@@ -177,6 +177,8 @@ def read_checkpoints(trainer: "pl.Trainer", schedule: FitSchedule) -> tuple[tupl
     :func:`read_schedule` (it needs the validation loaders' lengths)."""
     from lightning.pytorch.callbacks import ModelCheckpoint
 
+    if trainer.fast_dev_run:  # ModelCheckpoint._should_skip_saving_checkpoint: it saves nothing then
+        return (), None, None
     positions: list[int] = []
     every_s: float | None = None
     facts: CheckpointFacts | None = None

@@ -124,6 +124,12 @@ def test_no_checkpoint_callback_means_no_saves(tmp_path):
     assert saves.predicted == () and saves.actual == []
 
 
+def test_fast_dev_run_saves_nothing(tmp_path):
+    saves = fit(tmp_path, ModelCheckpoint(dirpath=tmp_path / "ckpt"), fast_dev_run=2)
+    assert saves.batches == 2  # the fit ran, and its checkpoint callback was on
+    assert saves.predicted == () and saves.actual == []
+
+
 def test_an_unbounded_fit_lays_out_no_saves():
     s = build_schedule(batches_per_epoch=None, max_epochs=None, max_steps=None, val_check_batch=None,
                        check_val_every_n_epoch=1, val_batches_per_run=0)
