@@ -56,6 +56,10 @@ def resolve_device(device: str | torch.device | DeviceSpec, *, probe: bool = Fal
     ``"cpu"`` (or a CPU ``torch.device``) is probed (cached on disk). With ``probe=True`` a local
     CUDA device's table numbers are refined by a quick measurement.
     """
+    if isinstance(device, DeviceSpec) and device.arch == "cpu":
+        # A CPU's spec comes from this machine's probe, which also gives its coefficients: the GPU
+        # table's would price its steps as an H100 host's launches and Hopper's efficiencies.
+        return device, cpu_coefficients(probe_device(torch.device("cpu")))
     if isinstance(device, DeviceSpec):
         return device, coefficients_for(device.arch)
     as_device = torch.device(device) if isinstance(device, torch.device) or str(device).split(":")[0] in ("cpu", "cuda") else None

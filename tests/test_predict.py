@@ -287,3 +287,8 @@ def test_the_precision_options_of_a_cpu_run_are_priced_with_its_probed_coefficie
         if other != "32-true":
             assert seconds == pytest.approx(ptp.predict_step(model, b, ce_step, precision=other, device="cpu").step_s,
                                             rel=1e-6)
+    # The CPU's spec alone, as a user may pass it, gets this machine's probed coefficients too
+    from ptp_callback.advisor import compare_precisions
+
+    alone = {o.precision: o.step_s for o in compare_precisions(model, b, ce_step, current=current, device=run.device)}
+    assert alone == pytest.approx(options, rel=1e-6)
