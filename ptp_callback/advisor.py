@@ -93,7 +93,7 @@ def compare_precisions(
     scales every candidate down by the same factor. Traces come from the on-disk trace cache
     when the same step was traced before (``extra_key`` as for
     :func:`~ptp_callback.trace_cache.cached_trace_step`). ``coefficients``: those the run was
-    predicted with (a probed CPU's own, which a ``DeviceSpec`` alone does not carry).
+    predicted with, instead of the ones ``device`` resolves to.
     """
     spec, coef = resolve_device(device)
     coef = coefficients if coefficients is not None else coef

@@ -238,10 +238,9 @@ def precision_options(
     corrections: dict[str, float] | None = None,
     extra_key: str = "",
 ) -> list[PrecisionOption]:
-    """Each candidate precision's step for the run's device, fastest first, at the costs the run was
-    predicted with: for a CPU its probe's coefficients, which its ``DeviceSpec`` alone does not carry
-    (priced at the GPU table's instead, a 2-thread EPYC's ``bf16-mixed`` step came out 74x its
-    ``32-true`` one; the steps ran 13x apart)."""
+    """Each candidate precision's step for the run's device, fastest first, at exactly the costs the
+    run was predicted with (for a CPU, its probe's coefficients; priced at the GPU table's instead, a
+    2-thread EPYC's ``bf16-mixed`` step came out 74x its ``32-true`` one, whose steps ran 13x apart)."""
     from .advisor import compare_precisions
 
     return compare_precisions(model, batch, step_fn, optimizer, current=current, device=prediction.device,
