@@ -22,7 +22,6 @@ from typing import Any
 
 import torch
 
-from .coefficients import CostCoefficients
 from .devices import DeviceSpec
 from .display import format_duration
 from .precision import PrecisionSpec, as_precision, support_notes
@@ -82,7 +81,6 @@ def compare_precisions(
     corrections: dict[str, float] | None = None,
     measured_step_s: float | None = None,
     extra_key: str = "",
-    coefficients: CostCoefficients | None = None,
 ) -> list[PrecisionOption]:
     """Predicted step time at each candidate precision, fastest first.
 
@@ -92,11 +90,9 @@ def compare_precisions(
     never promises a gain from time no precision can cut; a prediction that was too slow instead
     scales every candidate down by the same factor. Traces come from the on-disk trace cache
     when the same step was traced before (``extra_key`` as for
-    :func:`~ptp_callback.trace_cache.cached_trace_step`). ``coefficients``: those the run was
-    predicted with, instead of the ones ``device`` resolves to.
+    :func:`~ptp_callback.trace_cache.cached_trace_step`).
     """
     spec, coef = resolve_device(device)
-    coef = coefficients if coefficients is not None else coef
     current_spec = as_precision(current)
     target_type = "cpu" if spec.arch == "cpu" else "cuda"
     predicted: dict[str, float] = {}

@@ -238,14 +238,13 @@ def precision_options(
     corrections: dict[str, float] | None = None,
     extra_key: str = "",
 ) -> list[PrecisionOption]:
-    """Each candidate precision's step for the run's device, fastest first, at exactly the costs the
-    run was predicted with (for a CPU, its probe's coefficients; priced at the GPU table's instead, a
-    2-thread EPYC's ``bf16-mixed`` step came out 74x its ``32-true`` one, whose steps ran 13x apart)."""
+    """Each candidate precision's step for the run's device, fastest first, at the costs the run was
+    predicted with: its device's spec resolves to them (a CPU's to its probe's coefficients, see
+    :func:`~ptp_callback.step.resolve_device`)."""
     from .advisor import compare_precisions
 
     return compare_precisions(model, batch, step_fn, optimizer, current=current, device=prediction.device,
-                              coefficients=prediction.coefficients, corrections=corrections,
-                              measured_step_s=measured_step_s, extra_key=extra_key)
+                              corrections=corrections, measured_step_s=measured_step_s, extra_key=extra_key)
 
 
 def precision_advice(

@@ -58,7 +58,9 @@ def resolve_device(device: str | torch.device | DeviceSpec, *, probe: bool = Fal
     """
     if isinstance(device, DeviceSpec) and device.arch == "cpu":
         # A CPU's spec comes from this machine's probe, which also gives its coefficients: the GPU
-        # table's would price its steps as an H100 host's launches and Hopper's efficiencies.
+        # table's would price its steps as an H100 host's launches and Hopper's efficiencies (the
+        # precision advice, which re-prices a run for its spec, put a 2-thread EPYC's bf16-mixed
+        # step at 74x its 32-true one; they ran 13x apart).
         return device, cpu_coefficients(probe_device(torch.device("cpu")))
     if isinstance(device, DeviceSpec):
         return device, coefficients_for(device.arch)

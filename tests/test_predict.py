@@ -272,7 +272,7 @@ def test_a_device_named_as_the_cli_names_it_is_found_with_a_note():
 
 
 def test_the_precision_options_of_a_cpu_run_are_priced_with_its_probed_coefficients():
-    # A CPU run's DeviceSpec does not carry its probe's coefficients: priced at the GPU table's, a
+    # The advice re-prices the run for its DeviceSpec: priced at the GPU table's coefficients, a
     # 2-thread EPYC's bf16-mixed step came out 74x its 32-true one while the steps ran 13x apart.
     from ptp_callback.precision import PrecisionSpec
     from ptp_callback.run_prediction import precision_options, predict_run
