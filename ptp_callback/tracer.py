@@ -296,7 +296,7 @@ class _Recorder(TorchDispatchMode):
             # real run reads a field, so this is no host work of the step either.
             return args[0].fake_device
         kwargs = kwargs or {}
-        reads_model_value = func is _LOCAL_SCALAR and isinstance(args[0], FakeTensor) and args[0].constant is None
+        numbers_read = self.numbers_read
         try:
             out = None if _skips_dispatch(func, args) else self._run(func, args, kwargs)
         except Exception:
@@ -320,7 +320,7 @@ class _Recorder(TorchDispatchMode):
         self.record(str(func), cost, (args, kwargs), out, _replay_spec(args, kwargs) if cost.kernels else None)
         if self.cuda_target and is_nms(func):
             self.pseudo("ptp.sync")  # torchvision's CUDA kernel copies its overlap mask to the host
-        elif self.cuda_target and reads_model_value:
+        elif self.cuda_target and self.numbers_read > numbers_read:  # ``_run`` gave a stand-in
             self.wait_for_device()
         return out
 
