@@ -128,8 +128,12 @@ def _positions(schedule: FitSchedule, strategy: Any, every_steps: Any, *, delay:
             positions = tuple(p for p in positions if _step(schedule, p) >= delay)
         return positions
     if strategy == "epoch":
+        # ``eval_delay <= state.epoch`` at each epoch's end: a whole number there, and the fraction
+        # done at the end of a run that stops mid-epoch (``max_steps``, ``num_train_epochs=2.5``).
         ends = positions_every(schedule, "epoch")
-        return tuple(p for i, p in enumerate(ends) if schedule.start_epoch + i + 1 > delay)
+        per_epoch = schedule.batches_per_epoch
+        return tuple(p for i, p in enumerate(ends)
+                     if (p / per_epoch if per_epoch else schedule.start_epoch + i + 1) >= delay)
     return ()
 
 

@@ -122,7 +122,9 @@ def test_precision_from_the_arguments_and_the_model(tmp_path):
     (dict(eval_strategy="steps", eval_steps=4, eval_delay=6, save_strategy="best"), (16, 24, 30), (16, 24, 30)),
     (dict(eval_strategy="no", save_strategy="no"), (), ()),
     (dict(eval_strategy="epoch", save_strategy="best", eval_on_start=True), (0, 10, 20, 30), (10, 20, 30)),
-], ids=["epoch", "steps", "delay-best", "none", "on-start"])
+    # DefaultFlowCallback.on_epoch_end evaluates where eval_delay <= state.epoch: from epoch 1's end on
+    (dict(eval_strategy="epoch", eval_delay=1, save_strategy="no"), (10, 20, 30), ()),
+], ids=["epoch", "steps", "delay-best", "none", "on-start", "epoch-delay"])
 def test_evaluations_and_saves_follow_the_default_flow_rules(tmp_path, settings, evaluations, saves):
     # 10 micro-batches an epoch, accumulate 2: 5 steps an epoch; 3 epochs = 15 steps
     args = arguments(tmp_path, gradient_accumulation_steps=2, **settings)
@@ -132,6 +134,19 @@ def test_evaluations_and_saves_follow_the_default_flow_rules(tmp_path, settings,
     schedule, save_positions = read_schedule(args, state, 10)
     assert (schedule.total_batches, schedule.total_steps) == (30, 15)
     assert schedule.val_after_batches == evaluations and save_positions == saves
+
+
+@pytest.mark.parametrize("delay, evaluations", [(2.4, (24,)), (2.5, ())])
+def test_an_epoch_delay_compares_with_the_epoch_fraction_where_a_run_stops_mid_epoch(tmp_path, delay, evaluations):
+    # 5 steps an epoch, max_steps=12: the run stops 2 steps into its third epoch, where state.epoch
+    # is 2.4 when on_epoch_end evaluates (as a real run with num_train_epochs=2.5 showed)
+    args = arguments(tmp_path, gradient_accumulation_steps=2, eval_strategy="epoch", eval_delay=delay,
+                     save_strategy="no")
+    state = TrainerState()
+    state.compute_steps(args, 12)
+    state.max_steps = 12
+    schedule, _ = read_schedule(args, state, 10)
+    assert schedule.total_batches == 24 and schedule.val_after_batches == evaluations
 
 
 def test_a_resumed_state_starts_mid_epoch(tmp_path):
