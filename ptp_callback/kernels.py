@@ -508,8 +508,14 @@ def _depthwise_gemm_weight_grad_seconds(dims: tuple[int, ...], device: DeviceSpe
 def attention_seconds(op: OpRecord, device: DeviceSpec, coef: CostCoefficients) -> float:
     """A fused attention kernel (see module doc)."""
     cost = op.cost
-    family = _family(device, cost.dtype)
     direction = "bwd" if cost.backward else "fwd"
+    dtype, slowdown = cost.dtype, 1.0
+    if _cpu_rooflines(coef) and dtype in ("bf16", "fp16"):
+        # A CPU's kernel computes half-precision attention in fp32: priced as fp32, at the probed
+        # slowdown (probe.attention_slowdown), not at the dtype's GEMM rate (120x fp32's without
+        # bf16 instructions, 40 times slower than the attention ran).
+        dtype, slowdown = "fp32", coef.extra.get("attention_dtype_slowdown", {}).get(f"{direction}:{dtype}", 1.0)
+    family = _family(device, dtype)
     if len(cost.dims) == 7:
         batch, heads, _kv_heads, q_len, key_len, head_dim, _v_dim = cost.dims
     else:  # an attention op recorded by name (a CPU target's kernels): shapes from the record
@@ -522,7 +528,7 @@ def attention_seconds(op: OpRecord, device: DeviceSpec, coef: CostCoefficients) 
     eff *= head_dim / (head_dim + pick(coef.extra, ("attention_dim_fill", family), 0.0))
     ctas = batch * heads * math.ceil(q_len / _QUERY_BLOCK)
     eff *= ctas / (math.ceil(ctas / device.sm_count) * device.sm_count)
-    seconds = cost.flops * (0.5 if cost.causal else 1.0) / (peak_flops(device, cost.dtype) * eff)
+    seconds = cost.flops * (0.5 if cost.causal else 1.0) / (peak_flops(device, dtype) * eff) * slowdown
     if cost.dropout:
         seconds *= 1.0 + pick(coef.extra, ("attention_dropout_cost", direction, family), 0.5)
     memory = memory_seconds(cost.bytes, device, coef, "attention", cost.dtype, cost.backward)

@@ -63,6 +63,9 @@ class ProbeResult:
     # The skinny GEMM's rate with its second operand transposed (``x @ w.t()``, a linear layer's
     # forward), per dtype: see :func:`_transposed_gemm_tflops`.
     gemm_transposed_tflops: dict[str, float] = field(default_factory=dict)
+    # A CPU's fused attention forward and backward per dtype (``"fwd:bf16"``): seconds of one call
+    # at :data:`_ATTENTION_SHAPE` (:func:`_attention_seconds`).
+    attention_s: dict[str, float] = field(default_factory=dict)
 
 
 def _device_name(device: torch.device) -> str:
@@ -88,7 +91,8 @@ def _cache_path(device: torch.device) -> str:
     # v7: GEMM rates with a transposed operand, and fallback kernels no longer read as scaling with
     # the threads.
     # v8: a CPU's element rates in bf16 and fp16 (HALF_ELEMENT_OPS), which older caches lack.
-    key = hashlib.sha1(f"{_device_name(device)}|{torch.__version__}|v8".encode()).hexdigest()[:16]
+    # v9: a CPU's fused attention times per dtype, which older caches lack.
+    key = hashlib.sha1(f"{_device_name(device)}|{torch.__version__}|v9".encode()).hexdigest()[:16]
     return os.path.join(cache_dir(), f"probe-{device.type}-{key}.json")
 
 
@@ -188,7 +192,8 @@ def _measure(device: torch.device) -> ProbeResult:
     # A CPU's caches hold the small activations of small models: their bandwidth matters there.
     cache_copy_gbps = _copy_gbps(2**18, device, 20)  # 1 MB
     small_op_s, autograd_op_s = host_op_seconds(device)
-    element_s = {}
+    element_s: dict[str, float] = {}
+    attention_s: dict[str, float] = {}
     fault_s_per_byte = stream_copy_gbps = 0.0
     if device.type == "cpu":
         n = _ELEMENTS
@@ -198,9 +203,10 @@ def _measure(device: torch.device) -> ProbeResult:
             element_s.update({f"{name}:{key}": _timed(ops[name], device, 3) / n for name in HALF_ELEMENT_OPS})
         fault_s_per_byte = _fault_seconds_per_byte(device)
         stream_copy_gbps = _stream_copy_gbps(device)
+        attention_s = _attention_seconds(device)
     return ProbeResult(_device_name(device), torch.__version__, torch.get_num_threads(), gemm, copy_gbps,
                        small_op_s, autograd_op_s, time.perf_counter() - started, cache_copy_gbps, element_s,
-                       fault_s_per_byte, stream_copy_gbps, transposed)
+                       fault_s_per_byte, stream_copy_gbps, transposed, attention_s)
 
 
 def host_op_seconds(device: torch.device) -> tuple[float, float]:
@@ -238,6 +244,33 @@ def _transposed_gemm_tflops(dtype: torch.dtype, device: torch.device) -> float:
     a = torch.randn(m, k, device=device).to(dtype)
     weight = torch.randn(n, k, device=device).to(dtype)
     return 2 * m * n * k / _gemm_seconds(a, weight.t(), device) / 1e12
+
+
+# (batch, heads, sequence, head dim) of the probed causal attention: about 34 MFLOP forward.
+_ATTENTION_SHAPE = (2, 4, 256, 64)
+
+
+def _attention_seconds(device: torch.device) -> dict[str, float]:
+    """A causal ``scaled_dot_product_attention`` at :data:`_ATTENTION_SHAPE`, forward and backward
+    (its forward+backward less its forward), in each of fp32, bf16 and fp16.
+
+    A CPU's fused attention kernel computes half-precision inputs in fp32, so it runs at neither
+    the probed bf16 GEMM rate nor the fp32 one: on a 2-thread AVX2 EPYC (no bf16 instructions),
+    where a bf16 GEMM ran 120x slower than an fp32 one, bf16 attention ran forward at fp32's speed
+    (0.9-1.1x its time over four shapes) and backward 2-7x slower; fp16 1.3-2.6x and 3-11x.
+    """
+    out = {}
+    for key, dtype in _DTYPES.items():
+        q, k, v = (torch.randn(*_ATTENTION_SHAPE, device=device).to(dtype).requires_grad_() for _ in range(3))
+
+        def forward() -> torch.Tensor:
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+        with torch.no_grad():
+            forward_s = _timed(forward, device, 3)
+        both_s = _timed(lambda: forward().sum().backward(), device, 3)
+        out[f"fwd:{key}"], out[f"bwd:{key}"] = forward_s, max(both_s - forward_s, 0.1 * both_s)
+    return out
 
 
 def _stream_copy_gbps(device: torch.device) -> float:
@@ -484,7 +517,8 @@ def at_speed(result: ProbeResult, speed: float) -> ProbeResult:
                    copy_gbps=result.copy_gbps * speed, cache_copy_gbps=result.cache_copy_gbps * speed,
                    small_op_s=result.small_op_s / speed, autograd_op_s=result.autograd_op_s / speed,
                    element_s={name: s / speed for name, s in result.element_s.items()},
-                   fault_s_per_byte=result.fault_s_per_byte / speed, stream_copy_gbps=result.stream_copy_gbps * speed)
+                   fault_s_per_byte=result.fault_s_per_byte / speed, stream_copy_gbps=result.stream_copy_gbps * speed,
+                   attention_s={name: s / speed for name, s in result.attention_s.items()})
 
 
 def _best_of(old: ProbeResult, new: ProbeResult) -> ProbeResult:
@@ -499,7 +533,8 @@ def _best_of(old: ProbeResult, new: ProbeResult) -> ProbeResult:
                    fault_s_per_byte=min(old.fault_s_per_byte, new.fault_s_per_byte) if old.fault_s_per_byte
                    else new.fault_s_per_byte, stream_copy_gbps=max(old.stream_copy_gbps, new.stream_copy_gbps),
                    gemm_transposed_tflops={key: max(rate, old.gemm_transposed_tflops.get(key, 0.0))
-                                           for key, rate in new.gemm_transposed_tflops.items()})
+                                           for key, rate in new.gemm_transposed_tflops.items()},
+                   attention_s={name: min(s, old.attention_s.get(name, s)) for name, s in new.attention_s.items()})
 
 
 def _best_rate(result: ProbeResult, dtype: str) -> float:
@@ -611,6 +646,7 @@ def cpu_coefficients(result: ProbeResult) -> CostCoefficients:
                "synchronous": True, "host_speed": host_speed(result.small_op_s, base), "cache_bytes": 4e6,
                "fresh_byte_s": result.fault_s_per_byte,
                "gemm_transposed_speedup": transposed_speedup(result),
+               "attention_dtype_slowdown": attention_slowdown(result),
                "cache_bw_gbs": max(result.cache_copy_gbps, result.copy_gbps), "reuse_bw_gbs": result.copy_gbps,
                "element_s": {**{alias + half: result.element_s[name + half] for alias, name in ELEMENT_ALIASES.items()
                                 for half in ("", ":bf16", ":fp16") if name + half in result.element_s},
@@ -633,6 +669,15 @@ def transposed_speedup(result: ProbeResult) -> dict[str, float]:
         if row_major > 0 and rate / row_major >= _LAYOUT_KERNEL_RATIO:
             out[key] = rate / row_major
     return out
+
+
+def attention_slowdown(result: ProbeResult) -> dict[str, float]:
+    """Per direction and half-precision dtype (``"bwd:bf16"``), a CPU's fused attention time over
+    the fp32 one's (:func:`_attention_seconds`): a CPU's attention in bf16 or fp16 is priced as
+    in fp32 at this multiple (``kernels.attention_seconds``)."""
+    times = result.attention_s
+    return {name: times[name] / times[f"{name.split(':')[0]}:fp32"] for name in times
+            if not name.endswith(":fp32") and times.get(f"{name.split(':')[0]}:fp32")}
 
 
 def host_speed(small_op_s: float, coef: CostCoefficients) -> float:

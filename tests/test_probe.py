@@ -217,3 +217,45 @@ def test_a_probe_times_a_gemm_with_a_transposed_operand_and_keeps_the_faster_rea
     assert all(rate > 0 for rate in result.gemm_transposed_tflops.values())
     faster = replace(result, gemm_transposed_tflops={k: 2 * v for k, v in result.gemm_transposed_tflops.items()})
     assert probe._best_of(faster, result).gemm_transposed_tflops == faster.gemm_transposed_tflops
+
+
+def test_a_probe_times_fused_attention_per_dtype_and_keeps_the_faster_reading(tmp_path, monkeypatch):
+    monkeypatch.setenv("PTP_CACHE_DIR", str(tmp_path))
+    result = probe_device(torch.device("cpu"))
+    assert set(result.attention_s) == {f"{d}:{k}" for d in ("fwd", "bwd") for k in ("fp32", "bf16", "fp16")}
+    assert all(s > 0 for s in result.attention_s.values())
+    slower = replace(result, attention_s={k: 2 * s for k, s in result.attention_s.items()})
+    assert probe._best_of(slower, result).attention_s == result.attention_s
+    assert probe.at_speed(result, 0.5).attention_s == slower.attention_s
+    assert set(probe.cpu_coefficients(result).extra["attention_dtype_slowdown"]) == {
+        "fwd:bf16", "bwd:bf16", "fwd:fp16", "bwd:fp16"}
+
+
+def test_a_cpu_prices_half_precision_attention_as_fp32_at_its_probed_slowdown():
+    # A CPU without bf16 instructions: its bf16 GEMMs 120x slower than fp32 ones, while its fused
+    # attention kernel (which computes in fp32) ran bf16 forward at 1.1x fp32's time, backward 6x.
+    from ptp_callback.kernels import kernel_seconds
+    from ptp_callback.step import predict_step
+
+    result = ProbeResult("cpu", torch.__version__, 2, {"fp32": {"256": 0.12}, "bf16": {"256": 0.001}}, 10.0, 1e-6,
+                         2e-6, 0.0, attention_s={"fwd:fp32": 1e-3, "bwd:fp32": 3e-3, "fwd:bf16": 1.1e-3,
+                                                 "bwd:bf16": 18e-3})
+    spec, coef = probe.cpu_spec(result), probe.cpu_coefficients(result)
+
+    class Attention(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.scale = torch.nn.Parameter(torch.ones(()))
+
+        def forward(self, q, k, v):
+            return torch.nn.functional.scaled_dot_product_attention(q * self.scale, k, v, is_causal=True).float().sum()
+
+    def attention_s(precision: str, dtype: torch.dtype) -> tuple[float, float]:
+        q, k, v = (torch.randn(4, 8, 128, 64, dtype=dtype) for _ in range(3))
+        step = predict_step(Attention().to(dtype), (q, k, v), lambda m, b: m(*b), precision=precision, device="cpu")
+        ops = [op for op in step.ops if op.cost.op_class == "attention"]
+        assert [op.cost.backward for op in ops] == [False, True]
+        return tuple(kernel_seconds(op, spec, coef) for op in ops)
+
+    fp32, bf16 = attention_s("32-true", torch.float32), attention_s("bf16-true", torch.bfloat16)
+    assert bf16[0] == pytest.approx(1.1 * fp32[0], rel=0.01) and bf16[1] == pytest.approx(6 * fp32[1], rel=0.01)
