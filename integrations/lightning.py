@@ -37,7 +37,6 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from ptp_callback.arguments import check_callback_settings, lazy_modules
-from ptp_callback.calibrate import measure_op_classes
 from ptp_callback.device_names import resolve_target
 from ptp_callback.devices import DeviceSpec
 from ptp_callback.display import format_clock
@@ -47,8 +46,8 @@ from ptp_callback.report import plan_line, report_line
 from ptp_callback.run_prediction import RunPrediction, advice_cost_s
 
 from .lightning_module import (add_bar_metric, advise_precision, log_eta_metrics, plan_notes, precision_spec,
-                               predict_fit, predicts_the_run_device)
-from .lightning_schedule import (read_checkpoints, read_schedule, rest_of_fit, time_limit_at_epoch_ends,
+                               predict_fit, predicts_the_run_device, time_op_classes)
+from .lightning_schedule import (follow_reloaded_loader, read_checkpoints, read_schedule, time_limit_at_epoch_ends,
                                  time_limit_cycle, time_limit_used, with_epoch_length)
 
 log = logging.getLogger("lightning.pytorch.ptp_callback")  # printed and configured like Lightning's own lines
@@ -206,27 +205,17 @@ class PrecisionTimeCallback(Callback):
                                     "step (lazy modules, no sanity check): the ETA comes from measured batches alone")
             else:
                 self._predict(trainer, pl_module, precision_spec(trainer))
-        p, run_device = self.prediction, trainer.strategy.root_device
-        if self.calibrate_ops and p is not None and (p.device.arch == "cpu") == (run_device.type == "cpu") and \
-                (self.forecaster.predicted_total_s or 0.0) > 200.0:  # 1 s would cost over 0.5% of a shorter fit
+        if self.calibrate_ops:
             with self._warnings.guard("timing op classes"):
-                started = self.clock()
-                self.corrections = measure_op_classes(p.trace, p.device, p.coefficients, run_device, budget_s=1.0)
-                self.forecaster.own_work(self.clock() - started)
+                self.corrections = time_op_classes(trainer, self.prediction, self.forecaster, self.clock)
         self.forecaster.train_start(self.clock(), limit_used_s=time_limit_used(trainer))
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not self._active:
             return
-        forecaster = self.forecaster
-        forecaster.epoch_start(self.clock())
-        length = trainer.num_training_batches
-        if trainer.reload_dataloaders_every_n_epochs and forecaster.position != forecaster.first_batch and \
-                length != float("inf") and length != forecaster.schedule.batches_per_epoch:
-            started = self.clock()
-            with self._warnings.guard("following the reloaded train loader's length", "the ETA keeps the old one"):
-                forecaster.continue_with(*rest_of_fit(trainer, forecaster.position))
-            forecaster.own_work(self.clock() - started)
+        self.forecaster.epoch_start(self.clock())
+        with self._warnings.guard("following the reloaded train loader's length", "the ETA keeps the old one"):
+            follow_reloaded_loader(trainer, self.forecaster, self.clock)
 
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
         if self._active:
@@ -245,11 +234,9 @@ class PrecisionTimeCallback(Callback):
         forecaster.batch_end(now)
         if forecaster.refresh_due(now, self._last_refresh, self.refresh_s):
             self._refresh(force=True, now=now)  # due: checked once
-            step = trainer.global_step
-            if trainer.loggers and step and not step % max(1, trainer.log_every_n_steps) and step != self._logged_step:
-                self._logged_step = step
-                log_eta_metrics(trainer, self.last_remaining_s, self.prediction.step.step_s if self.prediction else None,
-                                forecaster.batches.mean_s())
+            self._logged_step = log_eta_metrics(trainer, self._logged_step, self.last_remaining_s,
+                                                self.prediction.step.step_s if self.prediction else None,
+                                                forecaster.batches.mean_s())
 
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._active and not trainer.sanity_checking:

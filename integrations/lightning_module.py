@@ -16,9 +16,11 @@ from typing import Any
 import torch
 from lightning.pytorch import LightningModule, Trainer
 
+from ptp_callback.calibrate import measure_op_classes
 from ptp_callback.clipping import ClippedGradients
 from ptp_callback.comm import ddp_exposed_seconds, fsdp_exposed_seconds
 from ptp_callback.devices import DeviceSpec
+from ptp_callback.forecast import RunForecaster
 from ptp_callback.loaders import example_batch, first_loader, loader_facts
 from ptp_callback.manual_step import ManualOptimization, ManualStep
 from ptp_callback.precision import PRECISIONS, PrecisionSpec
@@ -292,14 +294,36 @@ def _train_example(trainer: Trainer, transform: Callable[[Any], Any]) -> tuple[A
     return loader, combined, sum(s for _b, s in examples)
 
 
-def log_eta_metrics(trainer: Trainer, remaining_s: float | None, predicted_step_s: float | None,
-                    measured_batch_s: float | None) -> None:
+def log_eta_metrics(trainer: Trainer, logged_step: int, remaining_s: float | None, predicted_step_s: float | None,
+                    measured_batch_s: float | None) -> int:
     """``ptp/eta_s``, ``ptp/step_s_predicted`` and ``ptp/step_s_measured`` (an optimizer step:
-    batches x accumulation) to the trainer's loggers."""
+    batches x accumulation) to the trainer's loggers, at the steps the trainer logs at
+    (``log_every_n_steps``) and once each; returns the step last logged (``logged_step`` if not now)."""
+    step = trainer.global_step
+    if not trainer.loggers or not step or step % max(1, trainer.log_every_n_steps) or step == logged_step:
+        return logged_step
     metrics = {} if remaining_s is None else {"ptp/eta_s": remaining_s}
     if predicted_step_s is not None:
         metrics["ptp/step_s_predicted"] = predicted_step_s
     if measured_batch_s is not None:
         metrics["ptp/step_s_measured"] = measured_batch_s * trainer.accumulate_grad_batches
     for logger in trainer.loggers:
-        logger.log_metrics(metrics, step=trainer.global_step)
+        logger.log_metrics(metrics, step=step)
+    return step
+
+
+def time_op_classes(trainer: Trainer, prediction: RunPrediction | None, forecaster: RunForecaster,
+                    clock: Callable[[], float]) -> dict[str, float]:
+    """``calibrate_ops=True``: the heaviest op classes timed on the run's device, as corrections of
+    the prediction (its time counted as the callback's own work). Only for a prediction for that kind
+    of device, and a fit predicted to last over 200 s: a second of timing would cost over 0.5% of a
+    shorter one."""
+    run_device = trainer.strategy.root_device
+    if prediction is None or (prediction.device.arch == "cpu") != (run_device.type == "cpu") or \
+            (forecaster.predicted_total_s or 0.0) <= 200.0:
+        return {}
+    started = clock()
+    corrections = measure_op_classes(prediction.trace, prediction.device, prediction.coefficients, run_device,
+                                     budget_s=1.0)
+    forecaster.own_work(clock() - started)
+    return corrections

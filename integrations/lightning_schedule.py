@@ -63,6 +63,7 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.callbacks import Timer
 
 from ptp_callback.checkpoints import CheckpointSettings, save_positions
+from ptp_callback.forecast import RunForecaster
 from ptp_callback.run_prediction import CheckpointFacts
 from ptp_callback.schedule import EPOCH_END, FitSchedule, FitStart, build_schedule
 
@@ -225,6 +226,21 @@ def rest_of_fit(trainer: "pl.Trainer", position: int) -> tuple[FitSchedule, tupl
                      epoch=trainer.current_epoch, epochs_counted=trainer.current_epoch)
     schedule = read_schedule(trainer, start=start)
     return schedule, read_checkpoints(trainer, schedule)[0]
+
+
+def follow_reloaded_loader(trainer: "pl.Trainer", forecaster: RunForecaster, clock: Callable[[], float]) -> None:
+    """At ``on_train_epoch_start`` after the first: where ``reload_dataloaders_every_n_epochs`` gave
+    the train loader a new length, the forecaster goes on with the rest of the fit laid out on it
+    (its reading counted as the callback's own work)."""
+    length = trainer.num_training_batches
+    if not trainer.reload_dataloaders_every_n_epochs or forecaster.position == forecaster.first_batch or \
+            length == float("inf") or length == forecaster.schedule.batches_per_epoch:
+        return
+    started = clock()
+    try:
+        forecaster.continue_with(*rest_of_fit(trainer, forecaster.position))
+    finally:
+        forecaster.own_work(clock() - started)
 
 
 def with_epoch_length(trainer: "pl.Trainer", schedule: FitSchedule,
