@@ -380,11 +380,24 @@ def conv_pass_seconds(cost: OpCost, gemm: tuple[int, int, int, int], part: str, 
     return wave_seconds(*gemm, cost.dtype, device, coef, scale, splits)
 
 
+def _cpu_half_as_fp32(coef: CostCoefficients, kind: str, direction: str, dtype: str) -> tuple[str, float]:
+    """``("fp32", slowdown)`` for a probed CPU's ``kind`` of kernel (``"attention"``, ``"conv"``) in a
+    half-precision ``dtype`` whose time over the fp32 one's the probe measured
+    (``coef.extra[f"{kind}_dtype_slowdown"]``, :func:`~ptp_callback.probe.dtype_slowdowns`): the op
+    is priced as in fp32 at that multiple. Else ``(dtype, 1.0)``: priced as it is."""
+    slowdown = coef.extra.get(f"{kind}_dtype_slowdown", {}).get(f"{direction}:{dtype}") if _cpu_rooflines(coef) else None
+    return ("fp32", slowdown) if slowdown else (dtype, 1.0)
+
+
 def conv_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> float:
     """A dense, pointwise or grouped convolution (see module doc)."""
-    family = _family(device, cost.dtype)
-    kind = cost.kernel or "dense"
     direction = "bwd" if cost.backward else "fwd"
+    # A CPU without matrix instructions for a half dtype: oneDNN's kernels for it, at the probed
+    # slowdown over fp32's (forward 36-109x on an AVX2 EPYC, backward 2-5x: the half-precision
+    # GEMM rate gives neither).
+    dtype, slowdown = _cpu_half_as_fp32(coef, "conv", direction, cost.dtype)
+    family = _family(device, dtype)
+    kind = cost.kernel or "dense"
     conv_bandwidth = stream_rate(device, coef, pick(coef.mem_eff, ("conv", kind, direction), 0.8))
     packing = packed_groups(cost, device)
     if cost.gemms and not _cpu_rooflines(coef):
@@ -402,8 +415,8 @@ def conv_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> fl
     else:
         # A CPU's convolution kernels (oneDNN) have an efficiency per family and direction.
         scale = pick(coef.conv_eff, ("conv", kind, direction if _cpu_rooflines(coef) else "fwd", family), 0.8)
-        compute = cost.flops / (peak_flops(device, cost.dtype) * pick(coef.gemm_eff, ("gemm", family), 0.7) * scale
-                                * in_step_rate(coef))
+        compute = cost.flops * slowdown / (peak_flops(device, dtype) * pick(coef.gemm_eff, ("gemm", family), 0.7)
+                                           * scale * in_step_rate(coef))
         body = max(compute, cost.bytes / conv_bandwidth)
     passes_of_layout = pick(coef.extra, ("conv_layout_passes", kind, direction, family), 1.0)
     layout = memory_seconds(cost.layout_bytes * passes_of_layout, device, coef, "elementwise", cost.dtype)
@@ -509,12 +522,9 @@ def attention_seconds(op: OpRecord, device: DeviceSpec, coef: CostCoefficients) 
     """A fused attention kernel (see module doc)."""
     cost = op.cost
     direction = "bwd" if cost.backward else "fwd"
-    dtype, slowdown = cost.dtype, 1.0
-    if _cpu_rooflines(coef) and dtype in ("bf16", "fp16"):
-        # A CPU's kernel computes half-precision attention in fp32: priced as fp32, at the probed
-        # slowdown (probe.attention_slowdown), not at the dtype's GEMM rate (120x fp32's without
-        # bf16 instructions, 40 times slower than the attention ran).
-        dtype, slowdown = "fp32", coef.extra.get("attention_dtype_slowdown", {}).get(f"{direction}:{dtype}", 1.0)
+    # A CPU's kernel computes half-precision attention in fp32, at neither the dtype's GEMM rate
+    # (120x fp32's without bf16 instructions, 40 times slower than the attention ran) nor fp32's.
+    dtype, slowdown = _cpu_half_as_fp32(coef, "attention", direction, cost.dtype)
     family = _family(device, dtype)
     if len(cost.dims) == 7:
         batch, heads, _kv_heads, q_len, key_len, head_dim, _v_dim = cost.dims

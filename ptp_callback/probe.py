@@ -66,6 +66,9 @@ class ProbeResult:
     # A CPU's fused attention forward and backward per dtype (``"fwd:bf16"``): seconds of one call
     # at :data:`_ATTENTION_SHAPE` (:func:`_attention_seconds`).
     attention_s: dict[str, float] = field(default_factory=dict)
+    # The same for a dense convolution, in fp32 and the half dtypes whose GEMMs have no fast path
+    # here (:func:`_conv_seconds`).
+    conv_s: dict[str, float] = field(default_factory=dict)
 
 
 def _device_name(device: torch.device) -> str:
@@ -91,7 +94,7 @@ def _cache_path(device: torch.device) -> str:
     # v7: GEMM rates with a transposed operand, and fallback kernels no longer read as scaling with
     # the threads.
     # v8: a CPU's element rates in bf16 and fp16 (HALF_ELEMENT_OPS), which older caches lack.
-    # v9: a CPU's fused attention times per dtype, which older caches lack.
+    # v9: a CPU's fused attention and convolution times per dtype, which older caches lack.
     key = hashlib.sha1(f"{_device_name(device)}|{torch.__version__}|v9".encode()).hexdigest()[:16]
     return os.path.join(cache_dir(), f"probe-{device.type}-{key}.json")
 
@@ -194,6 +197,7 @@ def _measure(device: torch.device) -> ProbeResult:
     small_op_s, autograd_op_s = host_op_seconds(device)
     element_s: dict[str, float] = {}
     attention_s: dict[str, float] = {}
+    conv_s: dict[str, float] = {}
     fault_s_per_byte = stream_copy_gbps = 0.0
     if device.type == "cpu":
         n = _ELEMENTS
@@ -204,9 +208,11 @@ def _measure(device: torch.device) -> ProbeResult:
         fault_s_per_byte = _fault_seconds_per_byte(device)
         stream_copy_gbps = _stream_copy_gbps(device)
         attention_s = _attention_seconds(device)
+        conv_s = _conv_seconds(device, [key for key in _DTYPES if key != "fp32" and
+                                        max(gemm[key].values()) < max(gemm["fp32"].values())])
     return ProbeResult(_device_name(device), torch.__version__, torch.get_num_threads(), gemm, copy_gbps,
                        small_op_s, autograd_op_s, time.perf_counter() - started, cache_copy_gbps, element_s,
-                       fault_s_per_byte, stream_copy_gbps, transposed, attention_s)
+                       fault_s_per_byte, stream_copy_gbps, transposed, attention_s, conv_s)
 
 
 def host_op_seconds(device: torch.device) -> tuple[float, float]:
@@ -259,16 +265,45 @@ def _attention_seconds(device: torch.device) -> dict[str, float]:
     where a bf16 GEMM ran 120x slower than an fp32 one, bf16 attention ran forward at fp32's speed
     (0.9-1.1x its time over four shapes) and backward 2-7x slower; fp16 1.3-2.6x and 3-11x.
     """
+    def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    return _forward_backward_seconds(call, [_ATTENTION_SHAPE] * 3, list(_DTYPES), device, 3)
+
+
+# (batch, channels in and out, height and width) of the probed 3x3 convolution: 38 MFLOP forward.
+# The fallback's slowdown grows with the size (bf16 forward on an AVX2 EPYC: 12x fp32's time at
+# 2x32x16x16, 30x here, 64x at 2x64x32x32): a middle size.
+_CONV_SHAPE = (2, 32, 32)
+
+
+def _conv_seconds(device: torch.device, half: list[str]) -> dict[str, float]:
+    """A dense 3x3 convolution at :data:`_CONV_SHAPE`, forward and backward, in fp32 and the
+    ``half`` dtypes: those without matrix instructions here, whose convolutions oneDNN runs in
+    kernels of their own. On a 2-thread AVX2 EPYC (2026-11-28, five shapes) bf16 ones ran forward
+    36-109x the fp32 time and backward 2-5x: the bf16 GEMM rate gives neither. None where every
+    dtype has a fast path (their convolutions are priced from it), and none on a GPU."""
+    if not half:
+        return {}
+    batch, channels, size = _CONV_SHAPE
+
+    def call(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.conv2d(x, w, padding=1)
+
+    shapes = [(batch, channels, size, size), (channels, channels, 3, 3)]
+    return _forward_backward_seconds(call, shapes, ["fp32", *half], device, 2)
+
+
+def _forward_backward_seconds(call: Callable[..., torch.Tensor], shapes: list[tuple[int, ...]], dtypes: list[str],
+                              device: torch.device, repeats: int) -> dict[str, float]:
+    """``call`` on random inputs of ``shapes`` in each of ``dtypes``: its forward, and its backward
+    as its forward+backward less its forward (``"fwd:bf16"``, ``"bwd:bf16"``)."""
     out = {}
-    for key, dtype in _DTYPES.items():
-        q, k, v = (torch.randn(*_ATTENTION_SHAPE, device=device).to(dtype).requires_grad_() for _ in range(3))
-
-        def forward() -> torch.Tensor:
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-
+    for key in dtypes:
+        inputs = [torch.randn(*shape, device=device).to(_DTYPES[key]).requires_grad_() for shape in shapes]
         with torch.no_grad():
-            forward_s = _timed(forward, device, 3)
-        both_s = _timed(lambda: forward().sum().backward(), device, 3)
+            forward_s = _timed(lambda: call(*inputs), device, repeats)
+        both_s = _timed(lambda: call(*inputs).sum().backward(), device, repeats)
         out[f"fwd:{key}"], out[f"bwd:{key}"] = forward_s, max(both_s - forward_s, 0.1 * both_s)
     return out
 
@@ -518,7 +553,8 @@ def at_speed(result: ProbeResult, speed: float) -> ProbeResult:
                    small_op_s=result.small_op_s / speed, autograd_op_s=result.autograd_op_s / speed,
                    element_s={name: s / speed for name, s in result.element_s.items()},
                    fault_s_per_byte=result.fault_s_per_byte / speed, stream_copy_gbps=result.stream_copy_gbps * speed,
-                   attention_s={name: s / speed for name, s in result.attention_s.items()})
+                   attention_s={name: s / speed for name, s in result.attention_s.items()},
+                   conv_s={name: s / speed for name, s in result.conv_s.items()})
 
 
 def _best_of(old: ProbeResult, new: ProbeResult) -> ProbeResult:
@@ -534,7 +570,8 @@ def _best_of(old: ProbeResult, new: ProbeResult) -> ProbeResult:
                    else new.fault_s_per_byte, stream_copy_gbps=max(old.stream_copy_gbps, new.stream_copy_gbps),
                    gemm_transposed_tflops={key: max(rate, old.gemm_transposed_tflops.get(key, 0.0))
                                            for key, rate in new.gemm_transposed_tflops.items()},
-                   attention_s={name: min(s, old.attention_s.get(name, s)) for name, s in new.attention_s.items()})
+                   attention_s={name: min(s, old.attention_s.get(name, s)) for name, s in new.attention_s.items()},
+                   conv_s={name: min(s, old.conv_s.get(name, s)) for name, s in new.conv_s.items()})
 
 
 def _best_rate(result: ProbeResult, dtype: str) -> float:
@@ -646,7 +683,8 @@ def cpu_coefficients(result: ProbeResult) -> CostCoefficients:
                "synchronous": True, "host_speed": host_speed(result.small_op_s, base), "cache_bytes": 4e6,
                "fresh_byte_s": result.fault_s_per_byte,
                "gemm_transposed_speedup": transposed_speedup(result),
-               "attention_dtype_slowdown": attention_slowdown(result),
+               "attention_dtype_slowdown": dtype_slowdowns(result.attention_s),
+               "conv_dtype_slowdown": dtype_slowdowns(result.conv_s),
                "cache_bw_gbs": max(result.cache_copy_gbps, result.copy_gbps), "reuse_bw_gbs": result.copy_gbps,
                "element_s": {**{alias + half: result.element_s[name + half] for alias, name in ELEMENT_ALIASES.items()
                                 for half in ("", ":bf16", ":fp16") if name + half in result.element_s},
@@ -671,11 +709,10 @@ def transposed_speedup(result: ProbeResult) -> dict[str, float]:
     return out
 
 
-def attention_slowdown(result: ProbeResult) -> dict[str, float]:
-    """Per direction and half-precision dtype (``"bwd:bf16"``), a CPU's fused attention time over
-    the fp32 one's (:func:`_attention_seconds`): a CPU's attention in bf16 or fp16 is priced as
-    in fp32 at this multiple (``kernels.attention_seconds``)."""
-    times = result.attention_s
+def dtype_slowdowns(times: dict[str, float]) -> dict[str, float]:
+    """Per direction and half-precision dtype (``"bwd:bf16"``), a probed kernel's time over the fp32
+    one's (:func:`_attention_seconds`, :func:`_conv_seconds`): a CPU's fused attention or
+    convolution in that dtype is priced as in fp32 at this multiple (``kernels._cpu_half_as_fp32``)."""
     return {name: times[name] / times[f"{name.split(':')[0]}:fp32"] for name in times
             if not name.endswith(":fp32") and times.get(f"{name.split(':')[0]}:fp32")}
 

@@ -259,3 +259,38 @@ def test_a_cpu_prices_half_precision_attention_as_fp32_at_its_probed_slowdown():
 
     fp32, bf16 = attention_s("32-true", torch.float32), attention_s("bf16-true", torch.bfloat16)
     assert bf16[0] == pytest.approx(1.1 * fp32[0], rel=0.01) and bf16[1] == pytest.approx(6 * fp32[1], rel=0.01)
+
+
+def test_a_cpu_without_half_precision_matrix_instructions_prices_its_convolutions_at_their_probed_slowdown():
+    # An AVX2 CPU: bf16 GEMMs 120x slower than fp32 ones; oneDNN's bf16 3x3 convolution ran forward
+    # 40x the fp32 time there, backward 3x.
+    from ptp_callback.kernels import kernel_seconds
+    from ptp_callback.step import predict_step
+
+    rates = {"fp32": {"256": 0.12}, "bf16": {"256": 0.001}}
+    result = ProbeResult("cpu", torch.__version__, 2, rates, 10.0, 1e-6, 2e-6, 0.0,
+                         conv_s={"fwd:fp32": 1e-3, "bwd:fp32": 2e-3, "fwd:bf16": 40e-3, "bwd:bf16": 6e-3})
+    spec, coef = probe.cpu_spec(result), probe.cpu_coefficients(result)
+    conv = torch.nn.Conv2d(64, 64, 3, padding=1, bias=False)
+
+    def conv_s(precision: str, dtype: torch.dtype) -> list[float]:
+        step = predict_step(conv.to(dtype), (torch.randn(8, 64, 32, 32, dtype=dtype),), lambda m, b: m(*b).sum(),
+                            precision=precision, device="cpu")
+        ops = [op for op in step.ops if op.cost.op_class == "conv"]
+        assert [op.cost.backward for op in ops] == [False, True]
+        return [kernel_seconds(op, spec, coef) for op in ops]
+
+    fp32, bf16 = conv_s("32-true", torch.float32), conv_s("bf16-true", torch.bfloat16)
+    # (a fixed cost per call, the same in both, keeps them from exact multiples)
+    assert bf16[0] == pytest.approx(40 * fp32[0], rel=0.05) and bf16[1] == pytest.approx(3 * fp32[1], rel=0.05)
+    # A CPU whose probe timed no convolution (bf16 with matrix instructions): its bf16 GEMM rate prices them
+    fast = probe.cpu_coefficients(replace(result, conv_s={}))
+    assert "conv_dtype_slowdown" not in fast.extra or not fast.extra["conv_dtype_slowdown"]
+
+
+def test_a_probe_times_a_convolution_only_in_the_half_dtypes_without_a_fast_gemm(tmp_path, monkeypatch):
+    monkeypatch.setenv("PTP_CACHE_DIR", str(tmp_path))
+    result = probe_device(torch.device("cpu"))
+    slow = {key for key in ("bf16", "fp16") if max(result.gemm_tflops[key].values()) < max(result.gemm_tflops["fp32"].values())}
+    assert set(result.conv_s) == ({f"{d}:{k}" for d in ("fwd", "bwd") for k in ("fp32", *slow)} if slow else set())
+    assert all(s > 0 for s in result.conv_s.values())
