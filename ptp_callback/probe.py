@@ -2,8 +2,9 @@
 
 A CPU has no datasheet entry, so predicting a CPU fit needs the probe; on a GPU it optionally
 refines the table's numbers (``predict_step(..., probe=True)``). It runs a few small, fixed
-micro-benchmarks within a few seconds (2.7 s on a 2-thread AVX2 EPYC), and caches the result on disk per device name and torch
-version (``$PTP_CACHE_DIR`` or ``~/.cache/ptp_callback``), so later runs are free.
+micro-benchmarks within a few seconds (2.7 s on a 2-thread AVX2 EPYC), and caches the result on
+disk per device name and torch version (``$PTP_CACHE_DIR`` or ``~/.cache/ptp_callback``), so later
+runs are free.
 
 >>> result = probe_device(torch.device("cpu"), cache=False)   # doctest: +SKIP
 >>> result.gemm_tflops["fp32"]["256"] > 0                       # doctest: +SKIP
