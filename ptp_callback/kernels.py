@@ -215,9 +215,23 @@ def in_step_rate(coef: CostCoefficients) -> float:
     return coef.gemm_eff.get("in_step", 1.0)
 
 
-def cpu_gemm_rate(m: int, n: int, k: int, dtype: str, device: DeviceSpec, coef: CostCoefficients) -> float:
+def cpu_gemm_rate(m: int, n: int, k: int, dtype: str, device: DeviceSpec, coef: CostCoefficients,
+                  layout: str | None = None) -> float:
     """FLOP/s of a ``(m x k) @ (k x n)`` GEMM on a probed CPU: the measured rate, falling with the
-    smallest dimension (packing and blocking overheads are amortized over fewer multiply-adds)."""
+    smallest dimension (packing and blocking overheads are amortized over fewer multiply-adds).
+
+    Where the dtype runs PyTorch's fallback kernels (no matrix instructions for it), each layout is a
+    kernel of its own whose rate follows one dimension (``probe.fallback_layouts``): both operands
+    row-major, n (no narrower than 64: none was timed); a transposed second operand, k; a weight
+    gradient's layout, none. ``layout``: the GEMM's ``OpCost.kernel`` (``None``: a GEMM inside a
+    fused kernel, such as oneDNN's LSTM layer, at the smallest dimension's rate)."""
+    fallback = coef.extra.get("gemm_fallback", {}).get(dtype)
+    if fallback and layout is not None:
+        if layout == ROW_MAJOR_GEMM:
+            return fallback["row_major"] * (64 / max(n, 64)) ** fallback["row_major_slope"]
+        if layout == MN_MAJOR_GEMM:
+            return fallback["mn_major"]
+        return fallback["transposed"] * k / (k + fallback["transposed_k0"])
     smallest = min(m, n, k)
     half = coef.extra.get("gemm_half_rate_dim", {}).get(dtype, 0.0)
     return peak_flops(device, dtype) * pick(coef.gemm_eff, ("gemm", dtype), 1.0) * smallest / (smallest + half)
@@ -237,7 +251,12 @@ def gemm_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> fl
     # An aligned GEMM streams its operands like a copy; the narrow loads of a misaligned one do not.
     memory = memory_seconds(cost.bytes, device, coef, "gemm" if cost.misaligned else "elementwise", cost.dtype)
     if _cpu_rooflines(coef):
-        rate = cpu_gemm_rate(m, n, k, cost.dtype, device, coef)
+        rate = cpu_gemm_rate(m, n, k, cost.dtype, device, coef, cost.kernel)
+        if cost.dtype in coef.extra.get("gemm_fallback", {}):
+            # PyTorch's fallback kernels, compute-bound at a few GFLOP/s, run in a step as fast as
+            # alone (a bf16 MLP's and a tiny GPT-2's GEMMs on an AVX2 EPYC: 0.90x and 0.82x their
+            # time priced with the in-step factor)
+            return max(cost.flops / rate, memory)
         if cost.kernel != ROW_MAJOR_GEMM:
             # The probed rates are row-major GEMMs'; a CPU's fallback kernel for a dtype without
             # matrix instructions runs transposed layouts many times faster (probe.transposed_speedup).

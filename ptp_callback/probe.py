@@ -2,7 +2,7 @@
 
 A CPU has no datasheet entry, so predicting a CPU fit needs the probe; on a GPU it optionally
 refines the table's numbers (``predict_step(..., probe=True)``). It runs a few small, fixed
-micro-benchmarks within a few seconds (2.7 s on a 2-thread AVX2 EPYC), and caches the result on
+micro-benchmarks within a few seconds (3.0 s on a 2-thread AVX2 EPYC), and caches the result on
 disk per device name and torch version (``$PTP_CACHE_DIR`` or ``~/.cache/ptp_callback``), so later
 runs are free.
 
@@ -70,6 +70,11 @@ class ProbeResult:
     # The same for a dense convolution, in fp32 and the half dtypes whose GEMMs have no fast path
     # here (:func:`_conv_seconds`).
     conv_s: dict[str, float] = field(default_factory=dict)
+    # For a half dtype without matrix instructions here (PyTorch's fallback kernels), TFLOP/s of
+    # more shapes and layouts: ``"transposed_k64"`` (``x @ w.t()`` with a 64-long inner dimension),
+    # ``"mn_major"`` (``g.t() @ x``, a weight gradient's) and ``"row_major_n64"`` (both operands
+    # row-major, 64 columns out): :func:`_fallback_layout_tflops`.
+    gemm_fallback_tflops: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def _device_name(device: torch.device) -> str:
@@ -96,7 +101,8 @@ def _cache_path(device: torch.device) -> str:
     # the threads.
     # v8: a CPU's element rates in bf16 and fp16 (HALF_ELEMENT_OPS), which older caches lack.
     # v9: a CPU's fused attention and convolution times per dtype, which older caches lack.
-    key = hashlib.sha1(f"{_device_name(device)}|{torch.__version__}|v9".encode()).hexdigest()[:16]
+    # v10: a fallback dtype's GEMM rates by layout and shape, which older caches lack.
+    key = hashlib.sha1(f"{_device_name(device)}|{torch.__version__}|v10".encode()).hexdigest()[:16]
     return os.path.join(cache_dir(), f"probe-{device.type}-{key}.json")
 
 
@@ -199,6 +205,7 @@ def _measure(device: torch.device) -> ProbeResult:
     element_s: dict[str, float] = {}
     attention_s: dict[str, float] = {}
     conv_s: dict[str, float] = {}
+    fallback: dict[str, dict[str, float]] = {}
     fault_s_per_byte = stream_copy_gbps = 0.0
     if device.type == "cpu":
         n = _ELEMENTS
@@ -209,11 +216,13 @@ def _measure(device: torch.device) -> ProbeResult:
         fault_s_per_byte = _fault_seconds_per_byte(device)
         stream_copy_gbps = _stream_copy_gbps(device)
         attention_s = _attention_seconds(device)
-        conv_s = _conv_seconds(device, [key for key in _DTYPES if key != "fp32" and
-                                        max(gemm[key].values()) < max(gemm["fp32"].values())])
+        # The half dtypes without matrix instructions here: their kernels are fallbacks of their own.
+        slow = [key for key in _DTYPES if key != "fp32" and max(gemm[key].values()) < max(gemm["fp32"].values())]
+        conv_s = _conv_seconds(device, slow)
+        fallback = {key: _fallback_layout_tflops(_DTYPES[key], device) for key in slow}
     return ProbeResult(_device_name(device), torch.__version__, torch.get_num_threads(), gemm, copy_gbps,
                        small_op_s, autograd_op_s, time.perf_counter() - started, cache_copy_gbps, element_s,
-                       fault_s_per_byte, stream_copy_gbps, transposed, attention_s, conv_s)
+                       fault_s_per_byte, stream_copy_gbps, transposed, attention_s, conv_s, fallback)
 
 
 def host_op_seconds(device: torch.device) -> tuple[float, float]:
@@ -308,6 +317,23 @@ def _forward_backward_seconds(call: Callable[..., torch.Tensor], shapes: list[tu
         both_s = _timed(lambda: call(*inputs).sum().backward(), device, repeats, once_beyond_s=0.05)
         out[f"fwd:{key}"], out[f"bwd:{key}"] = forward_s, max(both_s - forward_s, 0.1 * both_s)
     return out
+
+
+def _fallback_layout_tflops(dtype: torch.dtype, device: torch.device) -> dict[str, float]:
+    """More layouts' rates where PyTorch's fallback kernels run ``dtype``'s GEMMs.
+
+    Each layout is a kernel of its own there, with a rate that follows one dimension: on a 2-thread
+    AVX2 EPYC (bf16, 2026-11-28, m in {64, 512}, k and n in {64, 256, 1024}) ``x @ w.t()`` ran
+    ~5 GFLOP/s at k=64, ~12 at 256, ~18.5 at 1024 whatever m and n (dot products along k); both
+    operands row-major 2.0-2.3 at n=64, 1.1-1.8 at 256, 0.8-1.2 at 1024 whatever m and k (the
+    skinny GEMM gives n=1024); ``g.t() @ x`` 10-17 whatever the shape. About 0.1 s there.
+    """
+    a, w = torch.randn(512, 64, device=device).to(dtype), torch.randn(256, 64, device=device).to(dtype)
+    g, x = torch.randn(128, 256, device=device).to(dtype), torch.randn(128, 256, device=device).to(dtype)
+    wide, narrow = torch.randn(512, 256, device=device).to(dtype), torch.randn(256, 64, device=device).to(dtype)
+    return {"transposed_k64": 2 * 512 * 256 * 64 / _gemm_seconds(a, w.t(), device) / 1e12,
+            "mn_major": 2 * 256 * 256 * 128 / _gemm_seconds(g.t(), x, device) / 1e12,
+            "row_major_n64": 2 * 512 * 64 * 256 / _gemm_seconds(wide, narrow, device) / 1e12}
 
 
 def _stream_copy_gbps(device: torch.device) -> float:
@@ -556,7 +582,9 @@ def at_speed(result: ProbeResult, speed: float) -> ProbeResult:
                    element_s={name: s / speed for name, s in result.element_s.items()},
                    fault_s_per_byte=result.fault_s_per_byte / speed, stream_copy_gbps=result.stream_copy_gbps * speed,
                    attention_s={name: s / speed for name, s in result.attention_s.items()},
-                   conv_s={name: s / speed for name, s in result.conv_s.items()})
+                   conv_s={name: s / speed for name, s in result.conv_s.items()},
+                   gemm_fallback_tflops={k: {layout: rate * speed for layout, rate in rates.items()}
+                                         for k, rates in result.gemm_fallback_tflops.items()})
 
 
 def _best_of(old: ProbeResult, new: ProbeResult) -> ProbeResult:
@@ -573,7 +601,10 @@ def _best_of(old: ProbeResult, new: ProbeResult) -> ProbeResult:
                    gemm_transposed_tflops={key: max(rate, old.gemm_transposed_tflops.get(key, 0.0))
                                            for key, rate in new.gemm_transposed_tflops.items()},
                    attention_s={name: min(s, old.attention_s.get(name, s)) for name, s in new.attention_s.items()},
-                   conv_s={name: min(s, old.conv_s.get(name, s)) for name, s in new.conv_s.items()})
+                   conv_s={name: min(s, old.conv_s.get(name, s)) for name, s in new.conv_s.items()},
+                   gemm_fallback_tflops={k: {layout: max(rate, old.gemm_fallback_tflops.get(k, {}).get(layout, 0.0))
+                                             for layout, rate in rates.items()}
+                                         for k, rates in new.gemm_fallback_tflops.items()})
 
 
 def _best_rate(result: ProbeResult, dtype: str) -> float:
@@ -685,6 +716,7 @@ def cpu_coefficients(result: ProbeResult) -> CostCoefficients:
                "synchronous": True, "host_speed": host_speed(result.small_op_s, base), "cache_bytes": 4e6,
                "fresh_byte_s": result.fault_s_per_byte,
                "gemm_transposed_speedup": transposed_speedup(result),
+               "gemm_fallback": fallback_layouts(result),
                "attention_dtype_slowdown": dtype_slowdowns(result.attention_s),
                "conv_dtype_slowdown": dtype_slowdowns(result.conv_s),
                "cache_bw_gbs": max(result.cache_copy_gbps, result.copy_gbps), "reuse_bw_gbs": result.copy_gbps,
@@ -708,6 +740,31 @@ def transposed_speedup(result: ProbeResult) -> dict[str, float]:
         row_major = result.gemm_tflops.get(key, {}).get(_SKINNY, 0.0)
         if row_major > 0 and rate / row_major >= _LAYOUT_KERNEL_RATIO:
             out[key] = rate / row_major
+    return out
+
+
+def fallback_layouts(result: ProbeResult) -> dict[str, dict[str, float]]:
+    """Per dtype that runs PyTorch's fallback GEMM kernels here, the model of each layout's rate
+    (FLOP/s; ``kernels.cpu_gemm_rate``): both operands row-major ``row_major * (64 / n) **
+    row_major_slope`` (through the probed 64- and 1024-column GEMMs); one transposed
+    ``transposed * k / (k + transposed_k0)`` (through the skinny and the k=64 one); a weight
+    gradient's ``mn_major``."""
+    out = {}
+    speedups = transposed_speedup(result)  # where the layouts run different kernels
+    for key, layouts in result.gemm_fallback_tflops.items():
+        if key not in speedups:
+            continue
+        rates, transposed = result.gemm_tflops.get(key, {}), result.gemm_transposed_tflops.get(key, 0.0)
+        narrow, skinny = layouts.get("row_major_n64", 0.0), rates.get(_SKINNY)
+        short = layouts.get("transposed_k64", 0.0)
+        if not (narrow and skinny and transposed and short and layouts.get("mn_major")):
+            continue
+        slope = min(1.0, max(0.0, math.log(narrow / skinny) / math.log(16)))
+        q = min(short / transposed, 0.99)  # k=64 against the skinny's k=1024
+        k0 = 65536 * (1 - q) / (1024 * q - 64) if q > 1 / 16 else 1e4
+        out[key] = {"row_major": narrow * 1e12, "row_major_slope": slope,
+                    "transposed": transposed * (1024 + k0) / 1024 * 1e12, "transposed_k0": k0,
+                    "mn_major": layouts["mn_major"] * 1e12}
     return out
 
 

@@ -294,3 +294,37 @@ def test_a_probe_times_a_convolution_only_in_the_half_dtypes_without_a_fast_gemm
     slow = {key for key in ("bf16", "fp16") if max(result.gemm_tflops[key].values()) < max(result.gemm_tflops["fp32"].values())}
     assert set(result.conv_s) == ({f"{d}:{k}" for d in ("fwd", "bwd") for k in ("fp32", *slow)} if slow else set())
     assert all(s > 0 for s in result.conv_s.values())
+
+
+def test_a_dtype_on_fallback_gemm_kernels_is_priced_by_each_layouts_own_dimension():
+    # PyTorch's bf16 fallback on an AVX2 CPU: both operands row-major, the rate follows n (2 GFLOP/s
+    # at n=64, 0.8 at 1024); x @ w.t() follows k (5 at k=64, 18 at 1024); g.t() @ x none (15).
+    from ptp_callback.costs import MN_MAJOR_GEMM, ROW_MAJOR_GEMM
+    from ptp_callback.kernels import cpu_gemm_rate
+
+    result = ProbeResult(
+        "cpu", torch.__version__, 2, {"fp32": {"64x1024x1024": 0.1, "256": 0.12}, "bf16": {"64x1024x1024": 0.0008,
+                                                                                           "256": 0.0013}},
+        10.0, 1e-6, 2e-6, 0.0, gemm_transposed_tflops={"fp32": 0.1, "bf16": 0.018},
+        gemm_fallback_tflops={"bf16": {"transposed_k64": 0.005, "mn_major": 0.015, "row_major_n64": 0.002}})
+    spec, coef = probe.cpu_spec(result), probe.cpu_coefficients(result)
+
+    def rate(m: int, n: int, k: int, layout: str | None, dtype: str = "bf16") -> float:
+        return cpu_gemm_rate(m, n, k, dtype, spec, coef, layout) / 1e9
+
+    assert rate(512, 64, 256, ROW_MAJOR_GEMM) == pytest.approx(2.0) == rate(64, 64, 1024, ROW_MAJOR_GEMM)
+    assert rate(64, 1024, 1024, ROW_MAJOR_GEMM) == pytest.approx(0.8)
+    assert rate(512, 256, 64, "") == pytest.approx(5.0) and rate(64, 1024, 1024, "") == pytest.approx(18.0)
+    assert rate(64, 64, 64, MN_MAJOR_GEMM) == rate(1024, 1024, 1024, MN_MAJOR_GEMM) == pytest.approx(15.0)
+    # fp32 runs one kernel for every layout: its rate follows the smallest dimension, as before
+    assert rate(512, 64, 256, ROW_MAJOR_GEMM, "fp32") == rate(512, 64, 256, "", "fp32") == rate(512, 64, 256, None, "fp32")
+
+
+def test_a_probe_times_the_fallback_gemm_layouts_of_the_dtypes_without_a_fast_path(tmp_path, monkeypatch):
+    monkeypatch.setenv("PTP_CACHE_DIR", str(tmp_path))
+    result = probe_device(torch.device("cpu"))
+    slow = {key for key in ("bf16", "fp16") if max(result.gemm_tflops[key].values()) < max(result.gemm_tflops["fp32"].values())}
+    assert set(result.gemm_fallback_tflops) == slow
+    assert all(set(rates) == {"transposed_k64", "mn_major", "row_major_n64"} and min(rates.values()) > 0
+               for rates in result.gemm_fallback_tflops.values())
+    assert set(probe.fallback_layouts(result)) <= set(probe.transposed_speedup(result))
