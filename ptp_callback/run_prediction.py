@@ -226,27 +226,6 @@ def run_advice(prediction: RunPrediction, options: list[PrecisionOption], curren
     return advice(options, current, fit_s, fixed_s=max(0.0, (fit_s or 0.0) - compute))
 
 
-def precision_options(
-    prediction: RunPrediction,
-    model: torch.nn.Module,
-    batch: Any,
-    step_fn: StepFn | None,
-    optimizer: OptimizerArg,
-    *,
-    current: str | PrecisionSpec,
-    measured_step_s: float | None = None,
-    corrections: dict[str, float] | None = None,
-    extra_key: str = "",
-) -> list[PrecisionOption]:
-    """Each candidate precision's step for the run's device, fastest first, at the costs the run was
-    predicted with: its device's spec resolves to them (a CPU's to its probe's coefficients, see
-    :func:`~ptp_callback.step.resolve_device`)."""
-    from .advisor import compare_precisions
-
-    return compare_precisions(model, batch, step_fn, optimizer, current=current, device=prediction.device,
-                              corrections=corrections, measured_step_s=measured_step_s, extra_key=extra_key)
-
-
 def precision_advice(
     prediction: RunPrediction,
     model: torch.nn.Module,
@@ -267,8 +246,12 @@ def precision_advice(
     validation's loaders, the loop's own work) is kept as it is. When no other precision is
     predicted noticeably faster, the line says that the current one is the one to keep.
     """
-    options = precision_options(prediction, model, batch, step_fn, optimizer, current=current,
-                                measured_step_s=measured_step_s, corrections=corrections, extra_key=extra_key)
+    from .advisor import compare_precisions
+
+    # At the costs the run was predicted with: its device's spec resolves to them (a CPU's to its
+    # probe's coefficients, see step.resolve_device).
+    options = compare_precisions(model, batch, step_fn, optimizer, current=current, device=prediction.device,
+                                 corrections=corrections, measured_step_s=measured_step_s, extra_key=extra_key)
     text = run_advice(prediction, options, current.label, schedule, fit_s)
     if text is not None:
         return text

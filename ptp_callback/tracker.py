@@ -55,7 +55,7 @@ from .notices import OnceWarnings, PrecisionAdvice, PrecisionHazard, PtpWarning
 from .precision import PrecisionSpec
 from .report import plan_line, report_line
 from .run_plan import LoaderFacts
-from .run_prediction import CheckpointFacts, RunPrediction, advice_cost_s, precision_options, predict_run, run_advice
+from .run_prediction import CheckpointFacts, RunPrediction, advice_cost_s, predict_run, run_advice
 from .schedule import FitSchedule, FitStart, build_schedule, steps_at
 from .tracer import StepFn
 
@@ -241,12 +241,14 @@ class RunTracker:
         if not self.advise or prediction is None or inputs is None or not self.main_process:
             return
         self.advise = False  # once per run
+        from .advisor import compare_precisions
+
         started = self.clock()
         try:
             with inputs.context():
-                options = precision_options(prediction, inputs.model, inputs.batch, inputs.step_fn, inputs.optimizer,
-                                            current=inputs.precision, measured_step_s=measured_step_s,
-                                            extra_key=self._extra_key)
+                options = compare_precisions(inputs.model, inputs.batch, inputs.step_fn, inputs.optimizer,
+                                             current=inputs.precision, device=prediction.device,
+                                             measured_step_s=measured_step_s, extra_key=self._extra_key)
             text = run_advice(prediction, options, self.precision_label, self.forecaster.schedule, fit_s)
         except Exception as exc:  # noqa: BLE001
             self.warn_once("advice", f"precision advice failed ({type(exc).__name__}: {exc})")

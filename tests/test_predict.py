@@ -274,21 +274,18 @@ def test_a_device_named_as_the_cli_names_it_is_found_with_a_note():
 def test_the_precision_options_of_a_cpu_run_are_priced_with_its_probed_coefficients():
     # The advice re-prices the run for its DeviceSpec: priced at the GPU table's coefficients, a
     # 2-thread EPYC's bf16-mixed step came out 74x its 32-true one while the steps ran 13x apart.
+    from ptp_callback.advisor import compare_precisions
     from ptp_callback.precision import PrecisionSpec
-    from ptp_callback.run_prediction import precision_options, predict_run
+    from ptp_callback.run_prediction import predict_run
 
     model, b = mlp(256, depth=2, d_in=256), batch(64, d_in=256)
     current = PrecisionSpec.from_setting("32-true")
     run = predict_run(model, b, ce_step, None, current, "cpu", run_device=torch.device("cpu"))
     assert run.device.arch == "cpu"
-    options = {o.precision: o.step_s for o in precision_options(run, model, b, ce_step, None, current=current)}
+    # The run's CPU spec, as the advice (and a user) passes it, gets this machine's probed coefficients
+    options = {o.precision: o.step_s for o in compare_precisions(model, b, ce_step, current=current, device=run.device)}
     assert options["32-true"] == pytest.approx(run.step.step_s, rel=1e-6)
     for other, seconds in options.items():  # each as a prediction for "cpu" gives it
         if other != "32-true":
             assert seconds == pytest.approx(ptp.predict_step(model, b, ce_step, precision=other, device="cpu").step_s,
                                             rel=1e-6)
-    # The CPU's spec alone, as a user may pass it, gets this machine's probed coefficients too
-    from ptp_callback.advisor import compare_precisions
-
-    alone = {o.precision: o.step_s for o in compare_precisions(model, b, ce_step, current=current, device=run.device)}
-    assert alone == pytest.approx(options, rel=1e-6)
