@@ -10,16 +10,8 @@ steps traced under the trainer's precision, the host's costs) and from then on f
 a :class:`~ptp_callback.forecast.RunForecaster` as an event. The forecaster does the arithmetic;
 this module only reads Lightning and shows the result.
 
-============================== =====================================================================
-shown / logged                 meaning
-============================== =====================================================================
-bar ``eta``                    remaining time of the whole fit and the precision it runs at
-``ptp/eta_s``                  remaining seconds (to the trainer's loggers, every ``log_every_n_steps``)
-``ptp/step_s_predicted``       predicted seconds per optimizer step
-``ptp/step_s_measured``        measured seconds per optimizer step (batches x accumulation)
-log line at fit start          the fit predicted before step one, part by part
-log line at fit end            each part's prediction beside what it measured
-============================== =====================================================================
+What it shows and logs (the bar's ``eta``, ``ptp/eta_s`` and the step times to the loggers, the
+plan at fit start, the report at fit end): ``docs/api.md``.
 
 It never breaks a fit: any failure inside becomes one warning and measured timing alone. Reading
 the schedule runs on every rank (it may run collectives); predicting, printing and the bar are
@@ -39,7 +31,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from ptp_callback.arguments import check_callback_settings, lazy_modules
 from ptp_callback.device_names import resolve_target
 from ptp_callback.devices import DeviceSpec
-from ptp_callback.display import format_clock
+from ptp_callback.display import eta_text
 from ptp_callback.forecast import RunForecaster
 from ptp_callback.notices import OnceWarnings, PrecisionHazard, warn
 from ptp_callback.report import plan_line, report_line
@@ -276,7 +268,7 @@ class PrecisionTimeCallback(Callback):
             return
         self._last_refresh = now
         remaining = self.last_remaining_s = forecaster.remaining_s(now)
-        self.eta_text = f"{format_clock(remaining)} {self.precision_label}".strip() if remaining is not None else ""
+        self.eta_text = eta_text(remaining, self.precision_label)
         if self.calibrated_total_s is None and remaining is not None and forecaster.batches.samples >= 10:
             self.calibrated_total_s = forecaster.total_s(now)
 

@@ -37,6 +37,11 @@ def format_clock(seconds: float | None) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes:02d}:{secs:02d}"
 
 
+def eta_text(remaining_s: float | None, precision: str) -> str:
+    """What a progress bar shows as the ETA: ``"04:12 bf16-mixed"``; ``""`` while the remaining time is unknown."""
+    return f"{format_clock(remaining_s)} {precision}".strip() if remaining_s is not None else ""
+
+
 def format_prediction_table(pred: StepPrediction) -> str:
     """A short table: step time, bound, FLOPs, bytes, then seconds by phase and by op class."""
     lines = [

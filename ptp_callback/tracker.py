@@ -49,7 +49,7 @@ import torch
 
 from .cadence import Every, positions_every, with_evaluations
 from .devices import DeviceSpec
-from .display import format_clock
+from .display import eta_text
 from .forecast import RunForecaster
 from .notices import OnceWarnings, PrecisionAdvice, PrecisionHazard, PtpWarning
 from .precision import PrecisionSpec
@@ -461,7 +461,7 @@ class RunTracker:
         except Exception as exc:  # noqa: BLE001 - never break the loop
             self._fail("computing the ETA", exc)
             return
-        self.eta_text = f"{format_clock(remaining)} {self.precision_label}".strip() if remaining is not None else ""
+        self.eta_text = eta_text(remaining, self.precision_label)
         if self._bar is not None and self.eta_text:
             self._bar.set_postfix_str(f"eta={self.eta_text}", refresh=False)
 
