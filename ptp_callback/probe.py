@@ -217,7 +217,7 @@ def _measure(device: torch.device) -> ProbeResult:
         stream_copy_gbps = _stream_copy_gbps(device)
         attention_s = _attention_seconds(device)
         # The half dtypes without matrix instructions here: their kernels are fallbacks of their own.
-        slow = [key for key in _DTYPES if key != "fp32" and max(gemm[key].values()) < max(gemm["fp32"].values())]
+        slow = _fallback_dtypes(gemm)
         conv_s = _conv_seconds(device, slow)
         fallback = {key: _fallback_layout_tflops(_DTYPES[key], device) for key in slow}
     return ProbeResult(_device_name(device), torch.__version__, torch.get_num_threads(), gemm, copy_gbps,
@@ -730,15 +730,26 @@ def cpu_coefficients(result: ProbeResult) -> CostCoefficients:
 _LAYOUT_KERNEL_RATIO = 2.0
 
 
+def _fallback_dtypes(gemm: dict[str, dict[str, float]]) -> list[str]:
+    """The half dtypes this CPU has no matrix instructions for: slower than fp32 at their best GEMM
+    rate. PyTorch runs them in fallback kernels of their own, one per operand layout; fp32 and a
+    dtype with matrix instructions run every layout in one kernel, whatever a noisy probe read."""
+    def best(key: str) -> float:
+        return max(gemm.get(key, {"0": 0.0}).values())
+
+    return [key for key in gemm if key != "fp32" and best(key) < best("fp32")]
+
+
 def transposed_speedup(result: ProbeResult) -> dict[str, float]:
     """Per dtype, how much faster a GEMM with a transposed operand runs than one with both
     row-major (which all the other probed GEMMs are), where the CPU runs them in different kernels:
     PyTorch's fallback for a dtype without matrix instructions (bf16 on an AVX2 EPYC: 21x; a bf16
     MLP's step was predicted at 907 ms with every GEMM at the row-major rate, and took 340 ms)."""
     out = {}
+    fallbacks = _fallback_dtypes(result.gemm_tflops)
     for key, rate in result.gemm_transposed_tflops.items():
         row_major = result.gemm_tflops.get(key, {}).get(_SKINNY, 0.0)
-        if row_major > 0 and rate / row_major >= _LAYOUT_KERNEL_RATIO:
+        if key in fallbacks and row_major > 0 and rate / row_major >= _LAYOUT_KERNEL_RATIO:
             out[key] = rate / row_major
     return out
 

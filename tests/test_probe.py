@@ -328,3 +328,16 @@ def test_a_probe_times_the_fallback_gemm_layouts_of_the_dtypes_without_a_fast_pa
     assert all(set(rates) == {"transposed_k64", "mn_major", "row_major_n64"} and min(rates.values()) > 0
                for rates in result.gemm_fallback_tflops.values())
     assert set(probe.fallback_layouts(result)) <= set(probe.transposed_speedup(result))
+
+
+def test_only_a_dtype_without_matrix_instructions_gets_a_faster_transposed_layout():
+    """fp32 and a half dtype with matrix instructions (bf16 on AMX) run every operand layout in one
+    kernel: a probe that read their transposed GEMM at 2.5x the row-major one (the machine busy
+    for one of them) must not price every weight-transposed GEMM of the step 2.5x faster."""
+    skinny = "64x1024x1024"
+    result = ProbeResult(
+        "cpu", torch.__version__, 2,
+        {"fp32": {skinny: 0.1, "256": 0.12}, "bf16": {skinny: 0.4, "256": 0.5}, "fp16": {skinny: 0.0008, "256": 0.001}},
+        10.0, 1e-6, 2e-6, 0.0, gemm_transposed_tflops={"fp32": 0.25, "bf16": 1.0, "fp16": 0.018})
+    assert set(probe.transposed_speedup(result)) == {"fp16"}
+    assert set(probe.cpu_coefficients(result).extra["gemm_transposed_speedup"]) == {"fp16"}  # gemm_seconds uses it
