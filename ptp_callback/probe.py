@@ -311,10 +311,11 @@ def _forward_backward_seconds(call: Callable[..., torch.Tensor], shapes: list[tu
     out = {}
     for key in dtypes:
         inputs = [torch.randn(*shape, device=device).to(_DTYPES[key]).requires_grad_() for shape in shapes]
-        # A dtype some CPU runs hundreds of times slower than fp32 is timed once after its warm-up.
+        # A dtype some CPU runs hundreds of times slower than fp32 is timed once after its warm-up,
+        # as a GEMM without a fast path is (:data:`_STALL_BOUND_S`).
         with torch.no_grad():
-            forward_s = _timed(lambda: call(*inputs), device, repeats, once_beyond_s=0.05)
-        both_s = _timed(lambda: call(*inputs).sum().backward(), device, repeats, once_beyond_s=0.05)
+            forward_s = _timed(lambda: call(*inputs), device, repeats, once_beyond_s=_STALL_BOUND_S)
+        both_s = _timed(lambda: call(*inputs).sum().backward(), device, repeats, once_beyond_s=_STALL_BOUND_S)
         out[f"fwd:{key}"], out[f"bwd:{key}"] = forward_s, max(both_s - forward_s, 0.1 * both_s)
     return out
 
