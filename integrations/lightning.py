@@ -31,11 +31,11 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from ptp_callback.arguments import check_callback_settings, lazy_modules
 from ptp_callback.device_names import resolve_target
 from ptp_callback.devices import DeviceSpec
-from ptp_callback.display import eta_text
 from ptp_callback.forecast import RunForecaster
 from ptp_callback.notices import OnceWarnings, PrecisionHazard, warn
 from ptp_callback.report import plan_line, report_line
 from ptp_callback.run_prediction import RunPrediction, advice_cost_s
+from ptp_callback.run_readouts import RunReadouts
 
 from .lightning_module import (add_bar_metric, advise_precision, log_eta_metrics, plan_notes, precision_spec,
                                predict_fit, predicts_the_run_device, time_op_classes)
@@ -51,7 +51,7 @@ def _nothing() -> None:
 _SYNC_EVERY = 100  # batches between device syncs that keep measured intervals honest (not the launch queue)
 
 
-class PrecisionTimeCallback(Callback):
+class PrecisionTimeCallback(RunReadouts, Callback):
     """Predict the whole fit before step one; show and log a precision-aware ETA while it runs.
 
     Args:
@@ -84,14 +84,11 @@ class PrecisionTimeCallback(Callback):
         self.refresh_s, self.show_in_progress_bar, self.clock = refresh_s, show_in_progress_bar, clock
         self.forecaster: RunForecaster | None = None
         self.prediction: RunPrediction | None = None
-        self.precision_label = self.eta_text = self.summary = ""
-        self.last_remaining_s: float | None = None
-        self.calibrated_total_s: float | None = None
+        self.precision_label = self.summary = ""
         self.advice_text: str | None = None
         self._active = False
         self._restored: dict[str, Any] | None = None
         self._warnings = OnceWarnings()
-        self._last_refresh = -float("inf")
         self._logged_step = -1
         self._remove_bar_metric: Callable[[], None] = _nothing
         self._example: Any = None
@@ -137,7 +134,7 @@ class PrecisionTimeCallback(Callback):
             self._predict(trainer, pl_module, spec)
         if self.show_in_progress_bar:
             self._remove_bar_metric = add_bar_metric(trainer, "eta", lambda: self.eta_text)
-        self._refresh(force=True)
+        self.refresh_eta(force=True)
 
     def _predict(self, trainer: Trainer, pl_module: LightningModule, spec: Any) -> None:
         """Predict the fit, install the plan, print it and the precision advice."""
@@ -224,8 +221,7 @@ class PrecisionTimeCallback(Callback):
             torch.cuda.synchronize(trainer.strategy.root_device)
         now = self.clock()
         forecaster.batch_end(now)
-        if forecaster.refresh_due(now, self._last_refresh, self.refresh_s):
-            self._refresh(force=True, now=now)  # due: checked once
+        if self.refresh_eta(now):
             self._logged_step = log_eta_metrics(trainer, self._logged_step, self.last_remaining_s,
                                                 self.prediction.step.step_s if self.prediction else None,
                                                 forecaster.batches.mean_s())
@@ -242,7 +238,7 @@ class PrecisionTimeCallback(Callback):
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._active and not trainer.sanity_checking:
             self.forecaster.val_end(self.clock())
-            self._refresh(force=True)
+            self.refresh_eta(force=True)
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._active:
@@ -260,17 +256,6 @@ class PrecisionTimeCallback(Callback):
     def remaining_s(self, trainer: Trainer | None = None) -> float | None:
         """Seconds left in the fit now (``None`` when its length is unknown)."""
         return self.forecaster.remaining_s(self.clock()) if self.forecaster is not None else None
-
-    def _refresh(self, force: bool = False, now: float | None = None) -> None:
-        now = self.clock() if now is None else now
-        forecaster = self.forecaster
-        if forecaster is None or not force and not forecaster.refresh_due(now, self._last_refresh, self.refresh_s):
-            return
-        self._last_refresh = now
-        remaining = self.last_remaining_s = forecaster.remaining_s(now)
-        self.eta_text = eta_text(remaining, self.precision_label)
-        if self.calibrated_total_s is None and remaining is not None and forecaster.batches.samples >= 10:
-            self.calibrated_total_s = forecaster.total_s(now)
 
     # ------------------------------------------------------------------------------ fit end
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -301,30 +286,6 @@ class PrecisionTimeCallback(Callback):
         self._restored = dict(state_dict)
         if self.forecaster is not None:  # FSDP, DeepSpeed: restored after on_fit_start
             self.forecaster.load_state_dict(self._restored)
-
-    # ------------------------------------------------- what the fit predicted (for reports)
-    @property
-    def predicted_fit_s(self) -> float | None:
-        """The whole fit as predicted before step one (at fit start until the first batch starts)."""
-        f = self.forecaster
-        return None if f is None else (f.before_step_one_s if f.before_step_one_s is not None else f.predicted_total_s)
-
-    @property
-    def initial_fit_s(self) -> float | None:
-        """The whole fit as predicted at fit start, before the sanity check."""
-        return None if self.forecaster is None else self.forecaster.predicted_total_s
-
-    @property
-    def step_prediction(self) -> Any:
-        return None if self.prediction is None else self.prediction.step
-
-    @property
-    def plan(self) -> Any:
-        return None if self.prediction is None else self.prediction.plan
-
-    @property
-    def fit_prediction(self) -> Any:
-        return None if self.forecaster is None else self.forecaster.initial_parts
 
 
 # ------------------------------------------------------------------------------------ helpers

@@ -49,13 +49,13 @@ import torch
 
 from .cadence import Every, positions_every, with_evaluations
 from .devices import DeviceSpec
-from .display import eta_text
 from .forecast import RunForecaster
 from .notices import OnceWarnings, PrecisionAdvice, PrecisionHazard, PtpWarning
 from .precision import PrecisionSpec
 from .report import plan_line, report_line
 from .run_plan import LoaderFacts
 from .run_prediction import CheckpointFacts, RunPrediction, advice_cost_s, predict_run, run_advice
+from .run_readouts import RunReadouts
 from .schedule import FitSchedule, FitStart, build_schedule, steps_at
 from .tracer import StepFn
 
@@ -114,7 +114,7 @@ class TraceInputs:
     context: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
 
 
-class RunTracker:
+class RunTracker(RunReadouts):
     """Turns a training loop's events into forecaster events and shows the run's ETA.
 
     Built by :func:`ptp_callback.track` (plain and Accelerate loops) and by the HF ``Trainer``
@@ -150,7 +150,7 @@ class RunTracker:
         self.device_note: str | None = None
         self.plan_note = ""  # what the plan line adds: "; EarlyStoppingCallback may end it sooner"
         self._stopped_by: str | None = None  # the exception that left a ``with track(...)`` block
-        self.eta_text = self.plan_text = self.summary = ""
+        self.plan_text = self.summary = ""
         self.advice_text: str | None = None
         self.active = True
         self.closed = False
@@ -162,7 +162,6 @@ class RunTracker:
         self._epochs_done = 0
         self._left_at: int | None = None  # batches of the last epoch when the loop left it early
         self._phase: str | None = None
-        self._last_refresh = -math.inf
         self._warnings = OnceWarnings(main_process)
         self._bar: Any = None
         self._sync_device: torch.device | None = None
@@ -452,16 +451,14 @@ class RunTracker:
     def refresh(self, now: float | None = None, *, force: bool = False) -> None:
         """Recompute the ETA text when due (every ``refresh_s``, more often early in the run:
         :meth:`~ptp_callback.forecast.RunForecaster.refresh_due`) and show it in the bar."""
-        now = self.clock() if now is None else now
-        if not self.active or not force and not self.forecaster.refresh_due(now, self._last_refresh, self.refresh_s):
+        if not self.active:
             return
-        self._last_refresh = now
         try:
-            remaining = self.forecaster.remaining_s(now)
+            if not self.refresh_eta(now, force):
+                return
         except Exception as exc:  # noqa: BLE001 - never break the loop
             self._fail("computing the ETA", exc)
             return
-        self.eta_text = eta_text(remaining, self.precision_label)
         if self._bar is not None and self.eta_text:
             self._bar.set_postfix_str(f"eta={self.eta_text}", refresh=False)
 

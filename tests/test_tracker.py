@@ -211,6 +211,10 @@ def test_a_plain_loop_shows_the_eta_and_reports_its_parts(tmp_path, capfd):
     summary = next(line for line in err.splitlines() if "ptp: run took" in line)
     assert "predicted before step one" in summary and "validation" in summary and "checkpoints" in summary
     assert tracker.forecaster.position == 32 and tracker.closed
+    # what a report reads off the tracker, as off the Lightning callback
+    assert tracker.predicted_fit_s == tracker.forecaster.before_step_one_s > 0
+    assert tracker.fit_prediction is tracker.forecaster.initial_parts and tracker.plan is tracker.prediction.plan
+    assert tracker.calibrated_total_s > 0 and tracker.step_prediction.step_s > 0
 
 
 def test_a_plain_loop_predicted_for_this_cpu(tmp_path):
