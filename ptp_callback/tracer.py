@@ -64,6 +64,7 @@ from .batches import map_batch
 from .costs import OpCost, describe_op, is_known, op_kind, tensors_in
 from .cuda_autocast import casts_to_fp32, cuda_autocast_on_cpu
 from .fused import run_rms_norm
+from .garbage_collection import collect_new_objects_only
 from .clipping import ClippedGradients, clipping_of
 from .live_memory import LiveBytes
 from .manual_step import ManualOptimization, ManualStep
@@ -747,7 +748,8 @@ def trace_step(
             with rng_preserved(), _quiet_fake_tensor_log():
                 return _trace(model, batch, step_fn, optimizer, precision, where, target_type, train)
 
-        return _shortest(model, precision, trace) if extrapolate_repeats else trace()
+        with collect_new_objects_only():
+            return _shortest(model, precision, trace) if extrapolate_repeats else trace()
 
     if trace_on == "auto" and device.type != "cpu":
         try:

@@ -619,3 +619,36 @@ def test_autocast_mixing_fp16_and_bf16_says_the_gpu_fails_the_same_way():
     with pytest.raises(TraceError, match="fails the same way on a GPU"):
         trace_step(TwoLSTMs(), (torch.randn(2, 8, 32),), lambda m, b: m(b[0]), None, "bf16-mixed",
                    target_type="cuda", trace_on="cpu")
+
+
+def test_a_trace_collects_only_its_own_garbage_and_leaves_the_collector_as_it_found_it():
+    import gc
+    import weakref
+
+    class Node:
+        pass
+
+    seen: list[tuple[int, bool]] = []
+
+    def step(model, batch):
+        # Objects from before the trace are out of its collections; a cycle made inside is collected.
+        cycle = Node()
+        cycle.me = cycle
+        dead = weakref.ref(cycle)
+        del cycle
+        gc.collect()
+        seen.append((gc.get_freeze_count(), dead() is None))
+        return ce_step(model, batch)
+
+    assert gc.get_freeze_count() == 0
+    trace_step(mlp(), mlp_batch(), step, target_type="cpu", extrapolate_repeats=False)
+    assert seen and all(frozen > 0 and collected for frozen, collected in seen)
+    assert gc.get_freeze_count() == 0
+
+    gc.freeze()  # a process that freezes its own objects (before forking workers) keeps them frozen
+    try:
+        seen.clear()
+        trace_step(mlp(), mlp_batch(), step, target_type="cpu", extrapolate_repeats=False)
+        assert gc.get_freeze_count() > 0 and all(collected for _, collected in seen)
+    finally:
+        gc.unfreeze()
