@@ -64,7 +64,7 @@ class RunReadouts:
 
     @property
     def plan(self) -> Any:
-        """The run's predicted parts per unit (:class:`~ptp_callback.planning.RunPlan`), once predicted."""
+        """The run's predicted parts per unit (:class:`~ptp_callback.run_plan.RunPlan`), once predicted."""
         return None if self.prediction is None else self.prediction.plan
 
     @property
