@@ -34,7 +34,7 @@ from ptp_callback.devices import DeviceSpec
 from ptp_callback.forecast import RunForecaster
 from ptp_callback.notices import OnceWarnings, PrecisionHazard, warn
 from ptp_callback.report import plan_line, report_line
-from ptp_callback.run_prediction import RunPrediction, advice_cost_s
+from ptp_callback.run_prediction import RunPrediction
 from ptp_callback.run_readouts import RunReadouts
 
 from .lightning_module import (add_bar_metric, advise_precision, log_eta_metrics, plan_notes, precision_spec,
@@ -159,9 +159,6 @@ class PrecisionTimeCallback(RunReadouts, Callback):
                 forecaster.own_work(self.clock() - started)  # its traces are the callback's, not start-up's
 
     # ----------------------------------------------------------------------- precision advice
-    def _advice_cost_s(self) -> float:
-        return advice_cost_s(self.prediction) if self.prediction is not None else float("inf")
-
     def _advise(self, trainer: Trainer, pl_module: LightningModule, fit_s: float | None,
                 measured_step_s: float | None = None) -> None:
         if not self.advise or self.prediction is None or self.forecaster is None or self._example is None:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .display import eta_text
+from .run_prediction import advice_cost_s
 
 if TYPE_CHECKING:
     from .forecast import RunForecaster
@@ -45,6 +46,10 @@ class RunReadouts:
         if self.calibrated_total_s is None and remaining is not None and forecaster.batches.samples >= 10:
             self.calibrated_total_s = forecaster.total_s(now)
         return True
+
+    def _advice_cost_s(self) -> float:
+        """Seconds predicting the other precisions would take (``inf`` before the run is predicted)."""
+        return advice_cost_s(self.prediction) if self.prediction is not None else math.inf
 
     @property
     def predicted_fit_s(self) -> float | None:

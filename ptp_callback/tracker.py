@@ -54,7 +54,7 @@ from .notices import OnceWarnings, PrecisionAdvice, PrecisionHazard, PtpWarning
 from .precision import PrecisionSpec
 from .report import plan_line, report_line
 from .run_plan import LoaderFacts
-from .run_prediction import CheckpointFacts, RunPrediction, advice_cost_s, predict_run, run_advice
+from .run_prediction import CheckpointFacts, RunPrediction, predict_run, run_advice
 from .run_readouts import RunReadouts
 from .schedule import FitSchedule, FitStart, build_schedule, steps_at
 from .tracer import StepFn
@@ -232,9 +232,6 @@ class RunTracker(RunReadouts):
         return self.prediction.device.name if self.prediction is not None else "?"
 
     # ------------------------------------------------------------------------- precision advice
-    def _advice_cost_s(self) -> float:
-        return advice_cost_s(self.prediction) if self.prediction is not None else math.inf
-
     def _advise(self, fit_s: float | None, measured_step_s: float | None = None) -> None:
         prediction, inputs = self.prediction, self.inputs
         if not self.advise or prediction is None or inputs is None or not self.main_process:
