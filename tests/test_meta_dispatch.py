@@ -167,3 +167,63 @@ def test_the_trace_is_the_one_the_fake_mode_gives(monkeypatch, precision, device
             assert a.cost.bytes - b.cost.bytes == 2 * 8 * 2
         else:
             assert a.cost == b.cost and a.out_shapes == b.out_shapes, a.name
+
+
+def view_cases(x):
+    """``view`` of a contiguous tensor (with -1), of a transposed one it can still view, of a
+    window partition (6-D, permuted); ``_unsafe_view``; ``_reshape_alias`` as reshape calls it."""
+    t = x.transpose(1, 2)  # (4, 5, 8, 6): its last dim can still be split
+    windows = x.view(4, 8, 5, 1, 3, 2).permute(0, 3, 1, 4, 2, 5)
+    return [(aten.view.default, (x, [4, -1]), {}), (aten.view.default, (t, [4, 5, 8, 2, 3]), {}),
+            (aten.view.default, (windows, [4, 1, 8, 3, 5, 2]), {}), (aten._unsafe_view.default, (x, [32, 30]), {}),
+            (aten._reshape_alias.default, (x[1:], [3, 240], [240, 1]), {})]
+
+
+def geometry(t):
+    return (tuple(t.shape), tuple(st for size, st in zip(t.shape, t.stride()) if size != 1), t.dtype,
+            t.storage_offset())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_views_give_what_the_fake_mode_gives_and_alias_their_input(dtype):
+    shortcut = MetaShortcut(cuda_target=True)
+    with FakeTensorMode():
+        x = torch.empty(4, 8, 5, 6, dtype=dtype)
+        for func, args, kwargs in view_cases(x):
+            fast = shortcut.run(func, args, kwargs)
+            assert fast is not NotImplemented, func
+            slow = func(*args, **kwargs)
+            # the strides of size-1 dims, which address nothing, are ATen's (what a real run has)
+            assert geometry(fast) == geometry(slow), func
+            assert torch._C._is_alias_of(fast, args[0]), func  # the input's storage, as a view is
+        # a shape the input cannot be viewed as, and a tensor with values: the fake mode's answer
+        assert shortcut.run(aten.view.default, (x.transpose(1, 2), [4, -1]), {}) is NotImplemented
+        count = torch.tensor(3)  # made under the fake mode: a fake tensor with a value
+        assert count.constant is not None
+        assert shortcut.run(aten.view.default, (count, [1]), {}) is NotImplemented
+
+
+class WindowAttention(nn.Module):
+    """Windows cut from a feature map and put back (views of permuted tensors), attention inside."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv, self.proj = nn.Linear(16, 48), nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, h, w, c = x.shape
+        win = x.view(b, h // 4, 4, w // 4, 4, c).permute(0, 1, 3, 2, 4, 5).reshape(-1, 16, c)
+        q, k, v = self.qkv(win).chunk(3, dim=-1)
+        out = self.proj(F.scaled_dot_product_attention(q, k, v))
+        return out.view(b, h // 4, w // 4, 4, 4, c).permute(0, 1, 3, 2, 4, 5).reshape(b, h, w, c).mean((1, 2))
+
+
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
+def test_a_trace_with_views_is_the_one_the_fake_mode_gives(monkeypatch, precision):
+    batch = (torch.randn(2, 8, 8, 16), torch.randint(0, 16, (2,)))
+    fast = trace_step(WindowAttention(), batch, ce_step, None, precision, trace_on="cpu")
+    monkeypatch.setattr(meta_dispatch, "_view", lambda func, args, kwargs: NotImplemented)
+    slow = trace_step(WindowAttention(), batch, ce_step, None, precision, trace_on="cpu")
+    assert [(op.name, op.phase, op.cost, op.out_shapes, op.views) for op in fast.ops] == \
+        [(op.name, op.phase, op.cost, op.out_shapes, op.views) for op in slow.ops]
+    assert fast.peak_new_bytes == slow.peak_new_bytes
