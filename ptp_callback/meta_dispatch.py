@@ -125,9 +125,10 @@ def _fake(mode: Any, layout: _Layout, device: torch.device) -> FakeTensor:
 
 
 def _view(func: Any, args: tuple, kwargs: dict) -> Any:
-    """A view of a fake tensor without values, strided as the view of a meta tensor like it is (the
-    fake mode's answer: both follow ATen's stride rules); ``NotImplemented`` for anything else or a
-    shape the input cannot be viewed as, which the fake mode then reports as it would."""
+    """A view of a fake tensor without values, strided as ATen strides the same view of a meta
+    tensor (the fake mode's answer, but for the strides of size-1 dims, which address nothing: ATen's,
+    as in a real run); ``NotImplemented`` for anything else or a shape the input cannot be viewed
+    as, which the fake mode then reports as it would."""
     if kwargs or not args or not isinstance(args[0], FakeTensor) or args[0].constant is not None:
         return NotImplemented
     base = args[0]
