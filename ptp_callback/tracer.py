@@ -291,12 +291,19 @@ class _Recorder(TorchDispatchMode):
         self.live = LiveBytes()  # what the step's new tensors hold at once
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        # The backward's ops come here from the autograd engine with the trace's torch function mode
+        # (``_CudaKernels``) still on its stack, so each tensor method the recording and the fake
+        # mode call (``numel()``, ``stride()``...) would run its Python handler: about 56,000 calls in
+        # a MaxViT step. The forward's ops come through that mode, which is off its stack by then.
+        with torch._C.DisableTorchFunction():
+            return self._dispatch(func, args, kwargs or {})
+
+    def _dispatch(self, func: Any, args: tuple, kwargs: dict) -> Any:
         if func is _PRIM_DEVICE and args and isinstance(args[0], FakeTensor):
             # A fake tensor's device is answered in Python (C++ asks thousands of times a step:
             # autograd's checks): answer here as FakeTensorMode would, without its dispatch. A
             # real run reads a field, so this is no host work of the step either.
             return args[0].fake_device
-        kwargs = kwargs or {}
         numbers_read = self.numbers_read
         try:
             out = None if _skips_dispatch(func, args) else self._run(func, args, kwargs)

@@ -227,3 +227,75 @@ def test_a_trace_with_views_is_the_one_the_fake_mode_gives(monkeypatch, precisio
     assert [(op.name, op.phase, op.cost, op.out_shapes, op.views) for op in fast.ops] == \
         [(op.name, op.phase, op.cost, op.out_shapes, op.views) for op in slow.ops]
     assert fast.peak_new_bytes == slow.peak_new_bytes
+
+
+def cast_fill_and_list_cases(x):
+    """A cast (autocast's, keeping channels-last), an optimizer's state fills, and the multi-tensor
+    ops that return new tensors (AdamW's ``_foreach_sqrt``)."""
+    params = [x, torch.empty(8, dtype=x.dtype)]
+    return [(aten._to_copy.default, (x,), {"dtype": torch.bfloat16}),
+            (aten._to_copy.default, (x,), {"dtype": torch.float16, "device": torch.device("cpu")}),
+            (aten.zeros_like.default, (x,), {"memory_format": torch.preserve_format}),
+            (aten.ones_like.default, (x,), {"dtype": torch.float32}),
+            (aten.empty_like.default, (x,), {}),
+            (aten._foreach_sqrt.default, (params,), {}),
+            (aten._foreach_add.List, (params, params), {"alpha": 2})]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_casts_fills_and_list_ops_give_what_the_fake_mode_gives(dtype, channels_last):
+    shortcut = MetaShortcut(cuda_target=True)
+    with FakeTensorMode():
+        x, _ = inputs(dtype, channels_last)
+        for func, args, kwargs in cast_fill_and_list_cases(x):
+            fast = shortcut.run(func, args, kwargs)
+            assert fast is not NotImplemented, func
+            assert layouts(fast) == layouts(func(*args, **kwargs)), func
+
+
+def test_integer_fills_and_copies_to_another_device_go_through_the_fake_mode():
+    """An integer fill may keep its values (``known_values``); a copy to the GPU is the fake mode's."""
+    shortcut = MetaShortcut(cuda_target=True)
+    with FakeTensorMode():
+        x, _ = inputs(torch.float32, False)
+        labels = torch.empty(4, dtype=torch.long)
+        assert shortcut.run(aten.zeros_like.default, (labels,), {}) is NotImplemented
+        assert shortcut.run(aten.zeros_like.default, (x,), {"dtype": torch.long}) is NotImplemented
+        assert shortcut.run(aten._to_copy.default, (x,), {"device": torch.device("cuda")}) is NotImplemented
+
+
+def test_a_host_tensor_keeps_the_value_the_fake_mode_would_keep():
+    from ptp_callback.known_values import VALUE_LIMIT, ValuedFakeTensorMode
+
+    shortcut = MetaShortcut(cuda_target=True)
+    count, big = torch.tensor(3.0), torch.zeros(2 * VALUE_LIMIT)  # host tensors, as ``torch.tensor`` makes them
+    with ValuedFakeTensorMode(allow_non_fake_inputs=True) as mode:
+        step = shortcut.run(aten.lift_fresh.default, (count,), {})
+        assert step.fake_mode is mode and step.shape == () and step.item() == 3.0
+        fast, slow = shortcut.run(aten.lift_fresh.default, (big,), {}), aten.lift_fresh.default(big)
+        assert layouts(fast) == layouts(slow) and fast.constant is None and slow.constant is None
+    # an AdamW step reads its step counts (made by ``torch.tensor``) for the bias correction: known
+    # values, no wait for the device
+    trace = trace_step(nn.Linear(4, 4), torch.randn(2, 4), lambda m, b: m(b).sum(), None, "32-true",
+                       target_type="cuda", trace_on="cpu")
+    assert not [op for op in trace.ops if op.name == "ptp.sync"]
+
+
+def test_the_backward_is_recorded_outside_the_torch_function_mode(monkeypatch):
+    """The autograd engine dispatches the backward's ops with the trace's torch function mode on its
+    stack: the recording (its tensor methods, the fake mode's) must not pass through it."""
+    from ptp_callback import tracer
+
+    calls: dict[str, int] = {}
+    handler = tracer._CudaKernels.__torch_function__
+
+    def counting(self, func, types, args=(), kwargs=None):
+        calls[self.recorder.phase] = calls.get(self.recorder.phase, 0) + 1
+        return handler(self, func, types, args, kwargs)
+
+    monkeypatch.setattr(tracer._CudaKernels, "__torch_function__", counting)
+    batch = (torch.randn(8, 3, 12, 12), torch.randint(0, 10, (8,)))
+    trace = trace_step(SqueezeExciteNet(), batch, ce_step, None, "16-mixed", target_type="cuda", trace_on="cpu")
+    # what is left is the step's own Python in the backward phase (the loss's scaling, the engine's call)
+    assert calls.get("backward", 0) < sum(op.phase == "backward" for op in trace.ops) / 4, calls
