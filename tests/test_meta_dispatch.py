@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from ptp_callback import trace_step
 from ptp_callback import meta_dispatch
@@ -299,3 +299,30 @@ def test_the_backward_is_recorded_outside_the_torch_function_mode(monkeypatch):
     trace = trace_step(SqueezeExciteNet(), batch, ce_step, None, "16-mixed", target_type="cuda", trace_on="cpu")
     # what is left is the step's own Python in the backward phase (the loss's scaling, the engine's call)
     assert calls.get("backward", 0) < sum(op.phase == "backward" for op in trace.ops) / 4, calls
+
+
+def plain_view_cases(x):
+    return [(aten.transpose.int, (x, 1, 2), {}), (aten.permute.default, (x, [0, 2, 3, 1]), {}),
+            (aten.expand.default, (x[:, :1], [4, 8, 5, 6]), {}), (aten.slice.Tensor, (x, 3, 1, 5, 2), {}),
+            (aten.select.int, (x, 1, 3), {}), (aten.unbind.int, (x, 0), {}), (aten.split.Tensor, (x, 3, 1), {}),
+            (aten.detach.default, (x,), {}), (aten.unsqueeze.default, (x, 2), {}), (aten.t.default, (x[0, 0],), {}),
+            (aten.diagonal.default, (x, 0, 2, 3), {}), (aten.as_strided.default, (x, [4, 6], [240, 1], 7), {})]
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_plain_views_give_what_the_fake_mode_gives_and_alias_their_input(channels_last):
+    shortcut = MetaShortcut(cuda_target=True)
+    with FakeTensorMode():
+        x, _ = inputs(torch.bfloat16, channels_last)
+        for func, args, kwargs in plain_view_cases(x):
+            fast = shortcut.run(func, args, kwargs)
+            assert fast is not NotImplemented, func
+            slow = func(*args, **kwargs)
+            assert [geometry(t) for t in fast] == [geometry(t) for t in slow] if isinstance(slow, (list, tuple)) \
+                else geometry(fast) == geometry(slow), func
+            for t in fast if isinstance(fast, (list, tuple)) else [fast]:
+                assert type(t) is FakeTensor and t.fake_device == x.fake_device and torch._C._is_alias_of(t, x), func
+        # in place (``t_`` changes its input's strides), and a view of a tensor with values: the fake mode's
+        assert shortcut.run(aten.t_.default, (x[0, 0],), {}) is NotImplemented
+        valued = torch.tensor([[3]])
+        assert valued.constant is not None and shortcut.run(aten.transpose.int, (valued, 0, 1), {}) is NotImplemented
