@@ -104,14 +104,14 @@ class MetaShortcut:
                 return NotImplemented
         elif func not in self.ops and not _functional_list_op(func):
             return NotImplemented
-        leaves, _ = tree_flatten((args, kwargs))
+        leaves, spec = tree_flatten((args, kwargs))
         fakes = [t for t in leaves if isinstance(t, torch.Tensor)]
         if not fakes or not all(isinstance(t, FakeTensor) and t.constant is None for t in fakes):
             return NotImplemented  # real or value-carrying tensors: the fake mode handles them
         device = fakes[0].fake_device
         if any(t.fake_device != device for t in fakes):
             return NotImplemented
-        key = (func, device, _signature((args, kwargs)))
+        key = (func, device, _signature(leaves, spec))
         layouts = self._outputs.get(key)
         if layouts is None:
             with unset_fake_temporarily():
@@ -121,6 +121,8 @@ class MetaShortcut:
         if func in _FILLED_LIKE and not layouts.dtype.is_floating_point:
             return NotImplemented  # an integer fill may keep its values (``known_values``)
         mode = fakes[0].fake_mode
+        if _is_layout(layouts):  # one output tensor, most ops: no tree to walk
+            return _fake(mode, layouts, device)
         return tree_map(lambda layout: _fake(mode, layout, device) if _is_layout(layout) else layout, layouts,
                         is_leaf=_is_layout)
 
@@ -141,8 +143,7 @@ def _same_device_options(args: tuple, kwargs: dict) -> dict | None:
     return {k: v for k, v in kwargs.items() if k not in ("device", "pin_memory")}
 
 
-def _signature(value: Any) -> Signature:
-    leaves, spec = tree_flatten(value)
+def _signature(leaves: list, spec: Any) -> Signature:
     return (str(spec), tuple((tuple(t.shape), t.stride(), t.dtype, t.storage_offset()) if isinstance(t, torch.Tensor)
                              else t for t in leaves))
 
