@@ -106,10 +106,8 @@ class MetaShortcut:
             return NotImplemented
         leaves, spec = tree_flatten((args, kwargs))
         fakes = [t for t in leaves if isinstance(t, torch.Tensor)]
-        if not fakes or not all(isinstance(t, FakeTensor) and t.constant is None for t in fakes):
-            return NotImplemented  # real or value-carrying tensors: the fake mode handles them
-        device = fakes[0].fake_device
-        if any(t.fake_device != device for t in fakes):
+        device = _valueless_device(fakes)
+        if device is None:
             return NotImplemented
         key = (func, device, _signature(leaves, spec))
         layouts = self._outputs.get(key)
@@ -125,6 +123,15 @@ class MetaShortcut:
             return _fake(mode, layouts, device)
         return tree_map(lambda layout: _fake(mode, layout, device) if _is_layout(layout) else layout, layouts,
                         is_leaf=_is_layout)
+
+
+def _valueless_device(tensors: list[torch.Tensor]) -> torch.device | None:
+    """The one device of fake tensors without values, or ``None`` where the fake mode must handle
+    them: a real or value-carrying tensor, or tensors on several devices."""
+    if not tensors or not all(isinstance(t, FakeTensor) and t.constant is None for t in tensors):
+        return None
+    device = tensors[0].fake_device
+    return device if all(t.fake_device == device for t in tensors) else None
 
 
 @functools.lru_cache(maxsize=None)
@@ -224,10 +231,9 @@ def _view_in_kernel(func: Any, args: tuple, kwargs: dict) -> Any:
     as the fake mode runs a view, without the rest of its dispatch (views are never cached there:
     0.2-0.3 ms each on 2 CPU cores, 45 us here; a MaxViT step dispatches thousands)."""
     tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
-    if not tensors or not all(type(t) is FakeTensor and t.constant is None for t in tensors):
-        return NotImplemented
-    device, mode = tensors[0].fake_device, tensors[0].fake_mode
-    if any(t.fake_device != device or t.fake_mode is not mode for t in tensors):
+    device = _valueless_device(tensors)
+    mode = tensors[0].fake_mode if device is not None else None
+    if device is None or any(t.fake_mode is not mode for t in tensors):
         return NotImplemented
     try:
         with in_kernel_invocation_manager(mode):
