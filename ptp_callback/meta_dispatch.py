@@ -34,6 +34,7 @@ is recorded: the ops, their shapes and dtypes and so their costs are the fake mo
 from __future__ import annotations
 
 import functools
+import weakref
 from typing import Any, NamedTuple
 
 import torch
@@ -42,12 +43,20 @@ from torch.utils._pytree import tree_flatten, tree_leaves, tree_map
 
 aten = torch.ops.aten
 
-# Decomposed in Python by FakeTensorMode, device-independent outputs.
-_ACTIVATIONS = frozenset({
+# Decomposed in Python by FakeTensorMode, device-independent outputs: activations and their
+# backward; a linear layer with a bias (``addmm``: its decomposition dispatches ``mm``, ``mul`` and
+# ``add`` through the fake mode again, 12 ms for each new shape on 2 CPU cores, a tenth of a cold
+# MaxViT trace); cross-entropy's log-softmax and NLL loss; softmax's and slicing's backward; dropout.
+_DECOMPOSED = frozenset({
     aten.hardswish.default, aten.hardsigmoid.default,
     aten.gelu_backward.default, aten.hardswish_backward.default, aten.hardsigmoid_backward.default,
     aten.threshold_backward.default, aten.silu_backward.default, aten.sigmoid_backward.default,
     aten.tanh_backward.default,
+    aten.addmm.default,
+    aten._log_softmax.default, aten._log_softmax_backward_data.default,
+    aten.nll_loss_forward.default, aten.nll_loss_backward.default,
+    aten._softmax_backward_data.default, aten.slice_backward.default,
+    aten.native_dropout.default, aten.native_dropout_backward.default,
 })
 # Decomposed in Python by FakeTensorMode; outputs as CUDA's kernels give them.
 _NORMS = frozenset({
@@ -86,9 +95,13 @@ class MetaShortcut:
     ``cuda_target``: whether the step is traced for a CUDA device (the norms take this path then).
     """
 
+    # Shared by every trace of the process, as the fake mode's own cache is: an output's layout
+    # depends on the op and its inputs' layouts only, and the callback traces the same blocks
+    # again (the validation step, a stack cut short, each precision the advice compares).
+    _outputs: dict[Signature, Any] = {}
+
     def __init__(self, cuda_target: bool) -> None:
-        self.ops = _ACTIVATIONS | _NORMS if cuda_target else _ACTIVATIONS
-        self._outputs: dict[Signature, Any] = {}
+        self.ops = _DECOMPOSED | _NORMS if cuda_target else _DECOMPOSED
 
     def run(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """The op's fake outputs, or ``NotImplemented`` when it must go through the fake mode."""
@@ -98,12 +111,15 @@ class MetaShortcut:
             return _lifted(args)
         if _plain_view(func):
             return _view_in_kernel(func, args, kwargs)
+        general = False
         if func is _TO_COPY or func in _FILLED_LIKE:
             kwargs = _same_device_options(args, kwargs)
             if kwargs is None:
                 return NotImplemented
         elif func not in self.ops and not _functional_list_op(func):
-            return NotImplemented
+            general = _functional_pointwise(func)
+            if not general:
+                return NotImplemented
         leaves, spec = tree_flatten((args, kwargs))
         fakes = [t for t in leaves if isinstance(t, torch.Tensor)]
         device = _valueless_device(fakes)
@@ -112,17 +128,28 @@ class MetaShortcut:
         key = (func, device, _signature(leaves, spec))
         layouts = self._outputs.get(key)
         if layouts is None:
-            with unset_fake_temporarily():
-                out = func(*tree_map(as_meta, args), **tree_map(as_meta, kwargs))
+            try:
+                with unset_fake_temporarily():
+                    out = func(*tree_map(as_meta, args), **tree_map(as_meta, kwargs))
+            except Exception:  # noqa: BLE001 - the fake mode runs it its own way, or reports it as it would
+                if general:
+                    return NotImplemented
+                raise
             layouts = tree_map(_layout, out)
             self._outputs[key] = layouts
-        if func in _FILLED_LIKE and not layouts.dtype.is_floating_point:
-            return NotImplemented  # an integer fill may keep its values (``known_values``)
+        if (func in _FILLED_LIKE or general) and not _all_floating(layouts):
+            # An integer fill may keep its values, and a check of the model's numbers (``isnan``,
+            # ``all``) is answered by them (``known_values``): the fake mode's.
+            return NotImplemented
         mode = fakes[0].fake_mode
         if _is_layout(layouts):  # one output tensor, most ops: no tree to walk
             return _fake(mode, layouts, device)
         return tree_map(lambda layout: _fake(mode, layout, device) if _is_layout(layout) else layout, layouts,
                         is_leaf=_is_layout)
+
+
+def _all_floating(layouts: Any) -> bool:
+    return all(layout.dtype.is_floating_point for layout in tree_leaves(layouts, is_leaf=_is_layout) if _is_layout(layout))
 
 
 def _valueless_device(tensors: list[torch.Tensor]) -> torch.device | None:
@@ -139,6 +166,23 @@ def _functional_list_op(func: Any) -> bool:
     """A multi-tensor op that returns new tensors (``_foreach_sqrt``): the fake mode's Python meta
     kernel makes each output with its own dispatch (458 of them, 0.15 s, for MaxViT's AdamW)."""
     return func.namespace == "aten" and func.overloadpacket.__name__.startswith("_foreach_") and bool(func._schema.returns)
+
+
+@functools.lru_cache(maxsize=None)
+def _functional_pointwise(func: Any) -> bool:
+    """An elementwise op, a reduction or a matrix product that returns a new tensor (``mul``,
+    ``gelu``, ``clone``, ``sum``, ``mm``): its output's layout is what ATen's meta kernel gives,
+    which the fake mode runs too, after its own dispatch (0.1-0.3 ms a call on 2 CPU cores; 1 ms
+    for each new shape)."""
+    schema = func._schema
+    kind = torch.Tag.pointwise in func.tags or torch.Tag.reduction in func.tags or func in _PRODUCTS
+    meta = any(torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), key)
+               for key in ("Meta", "CompositeExplicitAutograd"))
+    return (func.namespace == "aten" and kind and meta and torch.Tag.nondeterministic_seeded not in func.tags
+            and not schema.is_mutable and not any(r.alias_info for r in schema.returns))
+
+
+_PRODUCTS = frozenset({aten.mm.default, aten.bmm.default})
 
 
 def _same_device_options(args: tuple, kwargs: dict) -> dict | None:
@@ -173,9 +217,64 @@ def _is_layout(value: Any) -> bool:
 def _fake(mode: Any, layout: _Layout, device: torch.device) -> FakeTensor:
     with unset_fake_temporarily():
         meta = torch.empty_strided(layout.shape, layout.stride, dtype=layout.dtype, device="meta")
-    # Not ``from_meta_and_device``: its memo of the meta tensor (a weak reference) is for meta
-    # tensors seen again, and this one is new; without it a fake tensor is made in half the time.
-    return FakeTensor(mode, meta, device)
+    return _wrap(mode, meta, device)
+
+
+def empty_fake(mode: Any, like: torch.Tensor, dtype: torch.dtype, device: torch.device) -> FakeTensor:
+    """A fake tensor of ``mode`` shaped and strided like ``like``: what ``torch.empty_strided``
+    makes inside the mode (a model's parameters and buffers), without its dispatch."""
+    return _fake(mode, _Layout(tuple(like.shape), like.stride(), dtype), device)
+
+
+def _wrap(mode: Any, meta: torch.Tensor, device: torch.device) -> FakeTensor:
+    """``FakeTensor(mode, meta, device)``: the fake tensor of a new meta tensor, without a value.
+
+    The constructor checks and normalizes its arguments and sets a dozen attributes through
+    descriptors: 33-44 us a tensor in a MaxViT trace, whose meta path makes about 8,000. Every
+    tensor it makes for one mode and device gets the same attributes, so the first one it makes is
+    the template of the others: the same subclass call and data-pointer guard, then a copy of its
+    attributes (5 us). Where the template holds anything but the mode, the device and empty fields
+    (another version of torch), the constructor makes every one.
+    """
+    templates = _TEMPLATES.get(mode)
+    if templates is None:
+        templates = _TEMPLATES[mode] = {}
+    template = templates.get(device)
+    if template is None:
+        template = templates[device] = _template(mode, device)
+    if template.attributes is None:
+        return FakeTensor(mode, meta, device)
+    fake = torch.Tensor._make_subclass(FakeTensor, meta, meta.requires_grad, dispatch_device=True,
+                                       device_for_backend_keys=template.device)
+    template.guard(fake)
+    fake.__dict__.update(template.attributes)
+    fake.fake_mode = mode
+    return fake
+
+
+class _Template(NamedTuple):
+    device: torch.device
+    guard: Any  # what the constructor sets on a fake tensor's data pointer
+    attributes: dict[str, Any] | None  # all but the mode
+
+
+# Per mode (which lives as long as its trace) and device.
+_TEMPLATES: weakref.WeakKeyDictionary[Any, dict[torch.device, _Template]] = weakref.WeakKeyDictionary()
+
+
+def _template(mode: Any, device: torch.device) -> _Template:
+    """What the constructor gives a fake tensor of ``mode`` on ``device``; no ``attributes`` where
+    they are not only the mode, its device and empty fields."""
+    with unset_fake_temporarily():
+        meta = torch.empty(0, device="meta")
+    made = FakeTensor(mode, meta, device)
+    normalized = made.fake_device
+    unsafe = getattr(mode, "_allow_unsafe_data_ptr_access", None)
+    guard = torch._C._set_warn_deprecated_on_mutable_data_ptr if unsafe else torch._C._set_throw_on_mutable_data_ptr
+    attributes = {k: v for k, v in made.__dict__.items() if k != "fake_mode"}
+    plain = (type(made) is FakeTensor and unsafe is not None and made.__dict__.get("fake_mode") is mode
+             and all(v is None or v is normalized for v in attributes.values()))
+    return _Template(normalized, guard, attributes if plain else None)
 
 
 def _lifted(args: tuple) -> Any:
@@ -240,4 +339,6 @@ def _view_in_kernel(func: Any, args: tuple, kwargs: dict) -> Any:
             out = func(*args, **kwargs)
     except RuntimeError:
         return NotImplemented  # the fake mode reports it as it would
-    return tree_map(lambda t: FakeTensor(mode, t, device) if isinstance(t, torch.Tensor) else t, out)
+    if isinstance(out, torch.Tensor):
+        return _wrap(mode, out, device)
+    return tree_map(lambda t: _wrap(mode, t, device) if isinstance(t, torch.Tensor) else t, out)

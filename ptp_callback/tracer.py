@@ -69,7 +69,7 @@ from .clipping import ClippedGradients, clipping_of
 from .live_memory import LiveBytes
 from .manual_step import ManualOptimization, ManualStep
 from .mask_checks import real_mask_checks
-from .meta_dispatch import MetaShortcut
+from .meta_dispatch import MetaShortcut, empty_fake
 from .module_conversion import conversions_keep_fake_parameters
 from .optimizer_precision import eps_underflow
 from .packed_sequences import failed_over_packed_sequences, is_packing, run_packing
@@ -582,20 +582,21 @@ def _fake_like(t: torch.Tensor, dtype: torch.dtype, device: torch.device) -> tor
     return torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=dtype, device=device)
 
 
-def _fake_state(model: torch.nn.Module, spec: PrecisionSpec, device: torch.device) -> tuple[dict[str, torch.Tensor], dict[int, torch.Tensor]]:
+def _fake_state(model: torch.nn.Module, spec: PrecisionSpec, device: torch.device,
+                mode: FakeTensorMode) -> tuple[dict[str, torch.Tensor], dict[int, torch.Tensor]]:
     """Fake parameters and buffers by name; tied parameters share one fake (keyed by id)."""
     by_id: dict[int, torch.Tensor] = {}
     named: dict[str, torch.Tensor] = {}
     for name, p in model.named_parameters(remove_duplicate=False):
         fake = by_id.get(id(p))
         if fake is None:
-            fake = _fake_like(p, _float_dtype_for(p, spec), device).requires_grad_(p.requires_grad)
+            fake = empty_fake(mode, p, _float_dtype_for(p, spec), device).requires_grad_(p.requires_grad)
             by_id[id(p)] = fake
         named[name] = fake
     for name, b in model.named_buffers(remove_duplicate=False):
         fake = by_id.get(id(b))
         if fake is None:
-            fake = _fake_like(b, _float_dtype_for(b, spec), device)
+            fake = empty_fake(mode, b, _float_dtype_for(b, spec), device)
             by_id[id(b)] = fake
         named[name] = fake
     return named, by_id
@@ -824,7 +825,7 @@ def _trace(
     with contextlib.ExitStack() as stack:
         mode = (ValuedFakeTensorMode if device.type == "cpu" else FakeTensorMode)(allow_non_fake_inputs=True)
         stack.enter_context(mode)
-        fakes, fakes_by_id = _fake_state(model, spec, device)
+        fakes, fakes_by_id = _fake_state(model, spec, device, mode)
         fake_batch = _fake_batch(batch, spec, device, mode)
         optimizer, clip = clipping_of(optimizer)
         manual = isinstance(optimizer, ManualOptimization)

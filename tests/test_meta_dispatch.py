@@ -107,7 +107,7 @@ def test_real_and_other_ops_go_through_the_fake_mode():
     shortcut = MetaShortcut(cuda_target=True)
     with FakeTensorMode():
         x, g = inputs(torch.float32, False)
-        assert shortcut.run(aten.add.Tensor, (x, g), {}) is NotImplemented
+        assert shortcut.run(aten.cat.default, ([x, g],), {}) is NotImplemented
         constant = torch.tensor(2.0)  # a scalar made under the fake mode: a fake tensor with a value
         assert constant.constant is not None
         assert shortcut.run(aten.hardswish.default, (constant,), {}) is NotImplemented
@@ -116,13 +116,19 @@ def test_real_and_other_ops_go_through_the_fake_mode():
         assert shortcut.run(aten.hardswish.default, (real,), {}) is NotImplemented
 
 
-def test_a_signature_seen_before_is_not_run_again():
-    shortcut = MetaShortcut(cuda_target=True)
+def test_a_signature_seen_before_is_not_run_again_by_any_trace(monkeypatch):
+    """The outputs' layouts are remembered for the process: a second trace (the validation step,
+    another precision) does not run the op again."""
+    runs = []
+    as_meta = meta_dispatch.as_meta
+    monkeypatch.setattr(meta_dispatch, "as_meta", lambda value: runs.append(1) or as_meta(value))
     with FakeTensorMode():
-        x, g = inputs(torch.bfloat16, True)
-        first = shortcut.run(aten.hardswish_backward.default, (g, x), {})
-        again = shortcut.run(aten.hardswish_backward.default, (torch.empty_like(g), torch.empty_like(x)), {})
-        assert len(shortcut._outputs) == 1 and layouts(first) == layouts(again) and first is not again
+        g, x = torch.empty(3, 7, 11, 13, dtype=torch.bfloat16), torch.empty(3, 7, 11, 13, dtype=torch.bfloat16)
+        first = MetaShortcut(cuda_target=True).run(aten.hardswish_backward.default, (g, x), {})
+        assert runs
+        runs.clear()
+        again = MetaShortcut(cuda_target=True).run(aten.hardswish_backward.default, (torch.empty_like(g), torch.empty_like(x)), {})
+        assert not runs and layouts(first) == layouts(again) and first is not again
 
 
 class SqueezeExciteNet(nn.Module):
@@ -326,3 +332,83 @@ def test_plain_views_give_what_the_fake_mode_gives_and_alias_their_input(channel
         assert shortcut.run(aten.t_.default, (x[0, 0],), {}) is NotImplemented
         valued = torch.tensor([[3]])
         assert valued.constant is not None and shortcut.run(aten.transpose.int, (valued, 0, 1), {}) is NotImplemented
+
+
+def product_reduction_and_elementwise_cases(x, g):
+    n, c = x.shape[0], x.shape[1]
+    rows = x.flatten(1)  # (4, 240), a view of a channels-last tensor is not contiguous
+    weight = torch.empty(16, rows.shape[1], dtype=x.dtype).t()  # a linear layer's transposed weight
+    bias = torch.empty(16, dtype=x.dtype)
+    batched = x.flatten(2)  # (4, 8, 30)
+    logits = torch.empty(n, c, dtype=x.dtype)
+    log_probs = aten._log_softmax.default(logits, 1, False)
+    target = torch.empty(n, dtype=torch.long)
+    loss, total = aten.nll_loss_forward.default(log_probs, target, None, 1, -100)
+    mask = torch.empty_like(x, dtype=torch.bool)
+    return [(aten.mul.Tensor, (x, g), {}), (aten.add.Tensor, (x, g), {"alpha": 2}), (aten.div.Scalar, (x, 3.0), {}),
+            (aten.gelu.default, (x,), {}), (aten.clone.default, (x,), {}),
+            (aten.clone.default, (x,), {"memory_format": torch.contiguous_format}),
+            (aten.sum.dim_IntList, (x, [1], True), {}), (aten.mean.dim, (x, [2, 3]), {}),
+            (aten.mul.Tensor, (x, x[:, :1]), {}),  # broadcast
+            (aten.mm.default, (rows, weight), {}), (aten.bmm.default, (batched, batched.transpose(1, 2)), {}),
+            (aten.addmm.default, (bias, rows, weight), {}),
+            (aten._log_softmax.default, (logits, 1, False), {}),
+            (aten._log_softmax_backward_data.default, (logits, log_probs, 1, x.dtype), {}),
+            (aten.nll_loss_forward.default, (log_probs, target, None, 1, -100), {}),
+            (aten.nll_loss_backward.default, (loss, log_probs, target, None, 1, -100, total), {}),
+            (aten._softmax_backward_data.default, (g, x, 1, x.dtype), {}),
+            (aten.slice_backward.default, (x[:, 2:6], list(x.shape), 1, 2, 6, 1), {}),
+            (aten.native_dropout.default, (x, 0.1, True), {}), (aten.native_dropout_backward.default, (g, mask, 1.1), {})]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_products_reductions_and_elementwise_ops_give_what_the_fake_mode_gives(dtype, channels_last):
+    shortcut = MetaShortcut(cuda_target=True)
+    with FakeTensorMode():
+        x, g = inputs(dtype, channels_last)
+        for func, args, kwargs in product_reduction_and_elementwise_cases(x, g):
+            fast = shortcut.run(func, args, kwargs)
+            assert fast is not NotImplemented, func
+            assert layouts(fast) == layouts(func(*args, **kwargs)), func
+
+
+def test_in_place_random_integer_and_other_ops_go_through_the_fake_mode():
+    """An in-place op returns its input, a random draw may be read (``value_reads``), a check of the
+    model's numbers and integer arithmetic may be answered by known values (``known_values``), a
+    convolution's layout is the fake mode's rule for the device: none takes the meta path."""
+    shortcut = MetaShortcut(cuda_target=True)
+    with FakeTensorMode():
+        x, g = inputs(torch.float32, False)
+        w = torch.empty(8, 8, 3, 3)
+        labels = torch.empty(4, dtype=torch.long)
+        for func, args in [(aten.isnan.default, (x,)), (aten.eq.Tensor, (x, x)), (aten.add.Tensor, (labels, labels)),
+                           (aten.sum.default, (labels,))]:
+            assert shortcut.run(func, args, {}) is NotImplemented, func
+        for func, args in [(aten.add_.Tensor, (x, g)), (aten.mul_.Scalar, (x, 2.0)), (aten.bernoulli.default, (x,)),
+                           (aten.rand_like.default, (x,)), (aten.convolution.default, (x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)),
+                           (aten.index.Tensor, (x, [torch.empty(2, dtype=torch.long)]))]:
+            assert shortcut.run(func, args, {}) is NotImplemented, func
+
+
+def test_the_meta_path_makes_the_fake_tensors_the_fake_mode_makes():
+    """Fake tensors made from a template of the constructor's: the same type, attributes, device and
+    dispatch keys; the template does not keep a trace's fake mode alive."""
+    import gc
+    import weakref
+
+    for device in ("cpu", "cuda"):
+        mode = FakeTensorMode()
+        with mode:
+            x, g = inputs(torch.bfloat16, True, device)
+            fast = MetaShortcut(cuda_target=True).run(aten.mul.Tensor, (x, g), {})
+            slow = aten.mul.Tensor(x, g)
+        assert type(fast) is FakeTensor and fast.fake_mode is mode and fast.fake_device == slow.fake_device
+        assert fast.__dict__ == slow.__dict__
+        assert torch._C._dispatch_keys(fast) == torch._C._dispatch_keys(slow)
+        with mode:
+            assert layouts(fast + 1) == layouts(slow + 1)
+        alive = weakref.ref(mode)
+        del mode, x, g, fast, slow
+        gc.collect()
+        assert alive() is None, device
