@@ -17,12 +17,11 @@ every device.
 Views are the other Python path: ``FakeTensorMode`` sizes every ``view`` and ``_unsafe_view`` with
 the reference implementation of reshape, a dozen primitive ops each dispatched through the fake
 mode again (about 3 ms per new shape on 2 CPU cores: 2,470 views and 1.5 s of a MaxViT trace), and
-``_reshape_alias`` (what ``reshape`` is on a CPU) with a decomposition. Here a view's strides come
-from the same view of a meta tensor (C++, microseconds), and the fake output is the input's
-storage seen with them (``as_strided``), as the fake mode's own result is. Every other view
-(``transpose``, ``permute``, ``expand``, ``slice``, ``detach``...) runs ATen's view kernel on its
-input's meta storage, as the fake mode runs it, without the rest of its dispatch (which never caches
-a view): 45 us instead of 0.2-0.3 ms.
+``_reshape_alias`` (what ``reshape`` is on a CPU) with a decomposition. Here ATen's own view kernel
+(C++) views the input's meta storage, as the fake mode runs every other view (``transpose``,
+``permute``, ``expand``, ``slice``, ``detach``...), without the rest of its dispatch (which never
+caches a view): 45 us instead of 0.2-0.3 ms; ``_reshape_alias`` sees the input's storage with the
+strides it is given (``as_strided``).
 
 Casts (``_to_copy``: decomposed in Python by the fake mode), floating-point fills shaped like a
 tensor (``zeros_like``: an optimizer's state), multi-tensor ops that return tensors
@@ -111,8 +110,10 @@ class MetaShortcut:
 
     def run(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """The op's fake outputs, or ``NotImplemented`` when it must go through the fake mode."""
-        if func in _VIEWS or func is _RESHAPE_ALIAS:
+        if func is _RESHAPE_ALIAS:
             return _view(func, args, kwargs)
+        if func in _VIEWS:
+            return _view_in_kernel(func, args, kwargs)
         if func is _LIFT_FRESH:
             return _lifted(args)
         if _plain_view(func):
@@ -301,26 +302,12 @@ def _lifted(args: tuple) -> Any:
 
 
 def _view(func: Any, args: tuple, kwargs: dict) -> Any:
-    """A view of a fake tensor without values, strided as ATen strides the same view of a meta
-    tensor (the fake mode's answer, but for the strides of size-1 dims, which address nothing: ATen's,
-    as in a real run); ``NotImplemented`` for anything else or a shape the input cannot be viewed
-    as, which the fake mode then reports as it would."""
-    if kwargs or not args or not isinstance(args[0], FakeTensor) or args[0].constant is not None:
+    """``_reshape_alias`` of a fake tensor without values: its input's storage seen with the given
+    shape and strides (``as_strided``); ``NotImplemented`` for anything else, which the fake mode
+    then handles as it would."""
+    if kwargs or len(args) != 3 or not isinstance(args[0], FakeTensor) or args[0].constant is not None:
         return NotImplemented
-    base = args[0]
-    if func is _RESHAPE_ALIAS:
-        if len(args) != 3:
-            return NotImplemented
-        shape, stride = args[1], args[2]
-    else:
-        if len(args) != 2:
-            return NotImplemented
-        try:
-            with unset_fake_temporarily():
-                meta = as_meta(base).view(args[1])
-        except RuntimeError:
-            return NotImplemented
-        shape, stride = meta.shape, meta.stride()
+    base, shape, stride = args
     return _view_in_kernel(aten.as_strided.default, (base, shape, stride, base.storage_offset()), {})
 
 
