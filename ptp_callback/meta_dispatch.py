@@ -71,8 +71,9 @@ _NORMS = frozenset({
     aten.cudnn_batch_norm.default, aten.cudnn_batch_norm_backward.default,
 })
 
-# Views the fake mode sizes in Python: ``view``'s shape argument, ``_reshape_alias``'s shape and strides.
-_VIEWS = frozenset({aten.view.default, aten._unsafe_view.default})
+# Views the fake mode sizes in Python: ``_unsafe_view`` (not a view op to autograd, one to ATen's
+# kernel, as ``view`` is) and ``_reshape_alias`` (its shape and strides given).
+_UNSAFE_VIEW = aten._unsafe_view.default
 _RESHAPE_ALIAS = aten._reshape_alias.default
 # A dtype cast: decomposed in Python by the fake mode (a third of a MaxViT trace's time in ops under
 # autocast, before this path).
@@ -111,9 +112,7 @@ class MetaShortcut:
     def run(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """The op's fake outputs, or ``NotImplemented`` when it must go through the fake mode."""
         if func is _RESHAPE_ALIAS:
-            return _view(func, args, kwargs)
-        if func in _VIEWS:
-            return _view_in_kernel(func, args, kwargs)
+            return _reshaped_alias(args, kwargs)
         if func is _LIFT_FRESH:
             return _lifted(args)
         if _plain_view(func):
@@ -301,7 +300,7 @@ def _lifted(args: tuple) -> Any:
     return fake
 
 
-def _view(func: Any, args: tuple, kwargs: dict) -> Any:
+def _reshaped_alias(args: tuple, kwargs: dict) -> Any:
     """``_reshape_alias`` of a fake tensor without values: its input's storage seen with the given
     shape and strides (``as_strided``); ``NotImplemented`` for anything else, which the fake mode
     then handles as it would."""
@@ -313,9 +312,10 @@ def _view(func: Any, args: tuple, kwargs: dict) -> Any:
 
 @functools.lru_cache(maxsize=None)
 def _plain_view(func: Any) -> bool:
-    """An aten op whose output is a view of its input (``transpose``, ``permute``, ``expand``,
-    ``slice``, ``detach``...), not one that changes its input's sizes in place (``t_``)."""
-    return func.namespace == "aten" and func.is_view and torch.Tag.inplace_view not in func.tags
+    """An aten op whose output is a view of its input (``view``, ``transpose``, ``permute``,
+    ``expand``, ``slice``, ``detach``, ``_unsafe_view``...), not one that changes its input's sizes
+    in place (``t_``)."""
+    return func is _UNSAFE_VIEW or (func.namespace == "aten" and func.is_view and torch.Tag.inplace_view not in func.tags)
 
 
 def _view_in_kernel(func: Any, args: tuple, kwargs: dict) -> Any:
