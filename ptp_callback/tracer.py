@@ -578,10 +578,6 @@ def _float_dtype_for(t: torch.Tensor, spec: PrecisionSpec) -> torch.dtype:
     return t.dtype
 
 
-def _fake_like(t: torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    return torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=dtype, device=device)
-
-
 def _fake_state(model: torch.nn.Module, spec: PrecisionSpec, device: torch.device,
                 mode: FakeTensorMode) -> tuple[dict[str, torch.Tensor], dict[int, torch.Tensor]]:
     """Fake parameters and buffers by name; tied parameters share one fake (keyed by id)."""
@@ -602,7 +598,7 @@ def _fake_state(model: torch.nn.Module, spec: PrecisionSpec, device: torch.devic
     return named, by_id
 
 
-def _fake_batch(batch: Any, spec: PrecisionSpec, device: torch.device, mode: FakeTensorMode | None = None) -> Any:
+def _fake_batch(batch: Any, spec: PrecisionSpec, device: torch.device, mode: FakeTensorMode) -> Any:
     """The batch with every tensor replaced by a fake one on the trace device.
 
     Floating-point tensors take the parameter dtype under ``*-true`` precisions, as Lightning's
@@ -614,7 +610,7 @@ def _fake_batch(batch: Any, spec: PrecisionSpec, device: torch.device, mode: Fak
             return t
         dtype = _float_dtype_for(t, spec)
         valued = valued_fake(mode, t, dtype) if isinstance(mode, ValuedFakeTensorMode) else None
-        return valued if valued is not None else _fake_like(t, dtype, device)
+        return valued if valued is not None else empty_fake(mode, t, dtype, device)
 
     return map_batch(fake, batch)
 
