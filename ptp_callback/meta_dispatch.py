@@ -44,7 +44,8 @@ from typing import Any, NamedTuple
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, in_kernel_invocation_manager, unset_fake_temporarily
-from torch.utils._pytree import tree_flatten, tree_leaves, tree_map
+
+from .costs import tensors_in
 
 aten = torch.ops.aten
 
@@ -126,22 +127,22 @@ class MetaShortcut:
             general = _elementwise_reduction_or_product(func)
             if not general:
                 return NotImplemented
-        leaves, spec = tree_flatten((args, kwargs))
-        fakes = [t for t in leaves if isinstance(t, torch.Tensor)]
+        fakes: list[torch.Tensor] = []
+        signature = _signature((args, kwargs), fakes)
         device = _valueless_device(fakes)
         if device is None:
             return NotImplemented
-        key = (func, device, _signature(leaves, spec))
+        key = (func, device, signature)
         layouts = self._outputs.get(key)
         if layouts is None:
             try:
                 with unset_fake_temporarily():
-                    out = func(*tree_map(as_meta, args), **tree_map(as_meta, kwargs))
+                    out = func(*_mapped(as_meta, args), **_mapped(as_meta, kwargs))
             except Exception:  # noqa: BLE001 - the fake mode runs it its own way, or reports it as it would
                 if general:
                     return NotImplemented
                 raise
-            layouts = tree_map(_layout, out)
+            layouts = _mapped(_layout, out)
             self._outputs[key] = layouts
         if (func in _FILLED_LIKE or general) and not _all_floating(layouts):
             # An integer fill may keep its values, and a check of the model's numbers (``isnan``,
@@ -150,12 +151,13 @@ class MetaShortcut:
         mode = fakes[0].fake_mode
         if _is_layout(layouts):  # one output tensor, most ops: no tree to walk
             return _fake(mode, layouts, device)
-        return tree_map(lambda layout: _fake(mode, layout, device) if _is_layout(layout) else layout, layouts,
-                        is_leaf=_is_layout)
+        return _mapped(lambda layout: _fake(mode, layout, device) if _is_layout(layout) else layout, layouts)
 
 
 def _all_floating(layouts: Any) -> bool:
-    return all(layout.dtype.is_floating_point for layout in tree_leaves(layouts, is_leaf=_is_layout) if _is_layout(layout))
+    if _is_layout(layouts):
+        return layouts.dtype.is_floating_point
+    return all(map(_all_floating, layouts)) if type(layouts) in (tuple, list) else True
 
 
 def _valueless_device(tensors: list[torch.Tensor]) -> torch.device | None:
@@ -200,9 +202,34 @@ def _same_device_options(args: tuple, kwargs: dict) -> dict | None:
     return {k: v for k, v in kwargs.items() if k not in ("device", "pin_memory")}
 
 
-def _signature(leaves: list, spec: Any) -> Signature:
-    return (str(spec), tuple((tuple(t.shape), t.stride(), t.dtype, t.storage_offset()) if isinstance(t, torch.Tensor)
-                             else t for t in leaves))
+def _signature(value: Any, tensors: list[torch.Tensor]) -> Signature:
+    """What an op's output layouts depend on, from its arguments (appending their tensors to
+    ``tensors``, in order): each tensor's layout, each other value with its type, and the nesting.
+
+    The type tells ``2`` from ``2.0`` and ``True``, which Python holds equal: an integer tensor's
+    ``pow(x, 2)`` stays an integer tensor where ``pow(x, 2.0)`` is a floating-point one. A plain walk
+    of the tuples, lists and dicts an ATen op's arguments are made of (pytree's flatten and its
+    spec's text cost more than the meta kernel the key saves on a cache hit)."""
+    kind = type(value)
+    if isinstance(value, torch.Tensor):
+        tensors.append(value)
+        return (value.shape, value.stride(), value.dtype, value.storage_offset())
+    if kind is tuple or kind is list:
+        return (kind, *(_signature(item, tensors) for item in value))
+    if kind is dict:
+        return (kind, *((name, _signature(item, tensors)) for name, item in value.items()))
+    return (kind, value)
+
+
+def _mapped(fn: Any, value: Any) -> Any:
+    """``fn`` of each value in nested tuples, lists and dicts, in the same containers: what ATen ops
+    take and return (a plain walk, as :func:`_signature`'s: pytree's costs more than a cached op)."""
+    kind = type(value)
+    if kind is tuple or kind is list:
+        return kind(_mapped(fn, item) for item in value)
+    if kind is dict:
+        return {name: _mapped(fn, item) for name, item in value.items()}
+    return fn(value)
 
 
 def as_meta(value: Any) -> Any:
@@ -322,7 +349,7 @@ def _view_in_kernel(func: Any, args: tuple, kwargs: dict) -> Any:
     """A view of fake tensors without values, made by ATen's own view kernel on their meta storage,
     as the fake mode runs a view, without the rest of its dispatch (views are never cached there:
     0.2-0.3 ms each on 2 CPU cores, 45 us here; a MaxViT step dispatches thousands)."""
-    tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+    tensors = tensors_in((args, kwargs))
     device = _valueless_device(tensors)
     mode = tensors[0].fake_mode if device is not None else None
     if device is None or any(t.fake_mode is not mode for t in tensors):
@@ -334,4 +361,4 @@ def _view_in_kernel(func: Any, args: tuple, kwargs: dict) -> Any:
         return NotImplemented  # the fake mode reports it as it would
     if isinstance(out, torch.Tensor):
         return _wrap(mode, out, device)
-    return tree_map(lambda t: _wrap(mode, t, device) if isinstance(t, torch.Tensor) else t, out)
+    return _mapped(lambda t: _wrap(mode, t, device) if isinstance(t, torch.Tensor) else t, out)

@@ -365,6 +365,23 @@ def test_activations_products_reductions_and_elementwise_ops_give_what_the_fake_
         assert_as_the_fake_mode(shortcut, make_cases(*inputs(dtype, channels_last)))
 
 
+def test_a_remembered_layout_is_told_apart_by_the_type_of_a_number_argument():
+    """Python holds ``2 == 2.0 == True``, but an integer tensor's ``pow(x, 2.0)`` is floating point and
+    its ``pow(x, 2)`` an integer: a layout remembered for one is never the other's."""
+    shortcut = MetaShortcut(cuda_target=True)
+    with FakeTensorMode():
+        counts = torch.empty(4, 3, dtype=torch.long)
+        flags = torch.empty(4, 3, dtype=torch.bool)
+        cases = [(aten.pow.Tensor_Scalar, (counts, 2.0), {}), (aten.pow.Tensor_Scalar, (counts, 2), {}),
+                 (aten.mul.Scalar, (counts, 0.5), {}), (aten.mul.Scalar, (counts, 1), {}),
+                 (aten.add.Scalar, (flags, 1.0), {}), (aten.add.Scalar, (flags, True), {}), (aten.add.Scalar, (flags, 1), {})]
+        for func, args, kwargs in cases:
+            out = shortcut.run(func, args, kwargs)
+            expected = func(*args, **kwargs)
+            assert out is NotImplemented or layouts(out) == layouts(expected), (func, args[1])
+        assert shortcut.run(aten.pow.Tensor_Scalar, (counts, 2), {}) is NotImplemented  # an integer: the fake mode's
+
+
 def test_in_place_random_integer_and_other_ops_go_through_the_fake_mode():
     """An in-place op returns its input, a random draw may be read (``value_reads``), a check of the
     model's numbers and integer arithmetic may be answered by known values (``known_values``), a
