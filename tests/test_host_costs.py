@@ -22,6 +22,7 @@ def cache(tmp_path, monkeypatch):
 def test_probes_measure_this_machine_and_keep_the_rest(tmp_path, cache):
     costs = probe_host(CPU_HOST, checkpoint_dir=str(tmp_path), num_workers=2)
     assert 0.0 < costs.loader_start_s < 30.0  # two worker processes started and delivered a batch
+    assert 0.0 < costs.loader_stop_s < 30.0  # and stopped: a CPU fit's teardown stops each loader's
     assert 1e6 < costs.write_bytes_per_s < 1e12  # 64 MB written through torch.save
     assert costs.remove_bytes_per_s > 0 and costs.save_fixed_s >= 0
     assert costs.loop_s == CPU_HOST.loop_s and costs.end_s == CPU_HOST.end_s  # not probed: kept
@@ -96,6 +97,12 @@ def test_what_worker_batches_cost_a_cpu_step_is_measured_with_real_workers_and_c
     # at fit start moves from fit to fit by more than the probe can tell apart.
     assert host_costs.worker_batch_seconds(2, 420_000, 0.0009, batches=10) == cost
     assert os.listdir(cache) == files
+
+
+def test_a_gpu_hosts_end_keeps_its_fitted_worker_stops(cache):
+    """A GPU host's end was fitted on fits whose teardown stopped their workers: not counted twice."""
+    costs = probe_host(H100_HOST, num_workers=2, device=torch.device("cuda"))
+    assert costs.loader_start_s != H100_HOST.loader_start_s and costs.loader_stop_s == 0.0
 
 
 def test_without_workers_or_checkpoints_nothing_is_probed(cache):

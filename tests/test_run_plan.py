@@ -247,3 +247,19 @@ def test_a_fit_without_loader_workers_skips_stopping_them_at_the_end():
     with_val_workers = plan_run(StepCosts(0.1), StepCosts(0.05), host, on_gpu=False,
                                 train_loader=LoaderFacts(num_workers=0), val_loader=LoaderFacts(num_workers=2))
     assert with_val_workers.end_s == pytest.approx(0.05)
+
+
+def test_a_measured_worker_stop_is_counted_once_per_loader_with_workers_at_the_end():
+    """Where the probe timed a loader's workers stopping, the end is the fixed part plus one stop
+    for each loader whose workers the teardown stops; the share the estimate held for them goes."""
+    host = HostCosts(**{**HOST.__dict__, "end_s": 0.05, "end_workers_s": 0.048, "loader_stop_s": 0.06})
+
+    def end(train_workers: int, val_workers: int | None) -> float:
+        val = StepCosts(0.05) if val_workers is not None else None
+        return plan_run(StepCosts(0.1), val, host, on_gpu=False, train_loader=LoaderFacts(num_workers=train_workers),
+                        val_loader=LoaderFacts(num_workers=val_workers or 0)).end_s
+
+    assert end(2, 2) == pytest.approx(0.002 + 2 * 0.06)
+    assert end(2, 0) == pytest.approx(0.002 + 0.06) == end(0, 2)
+    assert end(2, None) == pytest.approx(0.002 + 0.06)  # no validation: no validation loader to stop
+    assert end(0, 0) == pytest.approx(0.002)
