@@ -149,8 +149,9 @@ def probe_host(
         start = _cached(f"loader-start-stop-{num_workers}-{_start_method()}", lambda: _loader_start_stop_s(num_workers),
                         cache)
         costs = replace(costs, loader_start_s=start["s"])
-        if device is None or device.type == "cpu":  # a GPU step writes the device's memory, not the host's
-            # (and a GPU host's end was fitted on fits whose teardown stopped their workers)
+        if device is None or device.type == "cpu":
+            # A GPU host's end was fitted on fits whose teardown stopped their workers, and a GPU
+            # step writes the device's memory, not the host's pages a forked worker maps.
             costs = replace(costs, loader_stop_s=start["stop_s"])
             fork = _cached(f"fork-write-1mb-tensors-{_start_method()}", lambda: {"s_per_byte": _fork_write_s_per_byte()}, cache)
             costs = replace(costs, fork_write_s_per_byte=fork["s_per_byte"])
@@ -210,9 +211,10 @@ def _loader_start_stop_s(num_workers: int) -> dict[str, float]:
     """Seconds from creating a DataLoader iterator with worker processes to its first batch (``s``),
     and from there to its workers' exit (``stop_s``). A fit's teardown stops each loader's workers
     that are still running (Lightning keeps a validation run's and, after the last epoch, the
-    training loader's): on a 2-thread AMD EPYC VM (2026-11-29) the teardown of a 2-epoch MLP fit
-    with 2 workers a loader stopped them in 57 and 44 ms; the callback measured the same fit's end
-    at 0.14 s, where 0.05 s was counted (a 2-core Xeon's whole end had taken 21-65 ms)."""
+    training loader's): on a 2-thread AMD EPYC VM (2026-11-29), in the teardown of a 2-epoch MLP fit
+    with 2 workers a loader, the two loaders' workers stopped in 57 and 44 ms; the callback measured
+    the same fit's end at 0.14 s, where 0.05 s was counted (a 2-core Xeon's whole end had taken
+    21-65 ms)."""
     import warnings
 
     loader = torch.utils.data.DataLoader(_One(), batch_size=1, num_workers=num_workers)

@@ -198,10 +198,11 @@ def plan_run(
         # (benchmarks/fork_copies.py), 0.2-1.2x in three with one (benchmarks/lightning_eta.py).
         warmup = fork_write
     sanity = val_start + sanity_batches * val_batch + sanity_warmup if sanity_batches else 0.0
-    end = host.end_s - (0.0 if workers else host.end_workers_s)
-    if host.loader_stop_s:  # measured: each loader with workers stops its own at the end
+    if host.loader_stop_s:  # measured: the teardown stops each loader's workers, one loader at a time
         stopping = (train_loader.num_workers > 0) + (val is not None and val_loader.num_workers > 0)
         end = host.end_s - host.end_workers_s + stopping * host.loader_stop_s
+    else:
+        end = host.end_s - (0.0 if workers else host.end_workers_s)
     end += state_bytes_to_cpu_at_end / host.copy_bytes_per_s if on_gpu else 0.0
     return RunPlan(
         train_batch_s=train_batch,
