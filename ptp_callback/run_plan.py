@@ -185,11 +185,11 @@ def plan_run(
     save = host.save_fixed_s + copy_s + checkpoint_bytes / host.write_bytes_per_s if checkpoint_bytes else 0.0
     later_save = save + (checkpoint_bytes / host.remove_bytes_per_s if saves_replace_previous else 0.0)
     warmup = sanity_warmup = 0.0
-    workers = train_loader.num_workers > 0 or (val is not None and val_loader.num_workers > 0)
+    loaders_with_workers = (train_loader.num_workers > 0) + (val is not None and val_loader.num_workers > 0)
     if on_gpu:
         warmup = GPU_WARMUP_TRAIN_S[0] + autocast * GPU_WARMUP_TRAIN_S[1]
         sanity_warmup = GPU_WARMUP_SANITY_S[0] + autocast * GPU_WARMUP_SANITY_S[1]
-    elif workers:
+    elif loaders_with_workers:
         # The first epoch's first batch writes over pages that its forked workers map, as a later
         # epoch's does (a persistent loader's too: its workers start with that epoch). Priced as a
         # later epoch's: before the first step fewer of the step's pages exist to be shared, and on
@@ -199,10 +199,9 @@ def plan_run(
         warmup = fork_write
     sanity = val_start + sanity_batches * val_batch + sanity_warmup if sanity_batches else 0.0
     if host.loader_stop_s:  # measured: the teardown stops each loader's workers, one loader at a time
-        stopping = (train_loader.num_workers > 0) + (val is not None and val_loader.num_workers > 0)
-        end = host.end_s - host.end_workers_s + stopping * host.loader_stop_s
+        end = host.end_s - host.end_workers_s + loaders_with_workers * host.loader_stop_s
     else:
-        end = host.end_s - (0.0 if workers else host.end_workers_s)
+        end = host.end_s - (0.0 if loaders_with_workers else host.end_workers_s)
     end += state_bytes_to_cpu_at_end / host.copy_bytes_per_s if on_gpu else 0.0
     return RunPlan(
         train_batch_s=train_batch,
