@@ -56,7 +56,7 @@ from op_data import Measurement  # noqa: E402
 from ptp_callback.coefficients import CostCoefficients  # noqa: E402
 from ptp_callback.costs import COLUMN_REDUCTION, CONV_FAMILIES, MN_MAJOR_GEMM, STRIDED_CAT  # noqa: E402
 from ptp_callback.devices import get_device  # noqa: E402
-from ptp_callback.kernels import kernel_seconds, math_dtype, per_element_bytes  # noqa: E402
+from ptp_callback.kernels import kernel_seconds, math_dtype, per_element_bytes, recurrent_host_seconds  # noqa: E402
 from ptp_callback.predict import host_seconds, simulate, step_host_seconds  # noqa: E402
 
 DEVICE = get_device("h100-sxm")
@@ -273,9 +273,11 @@ def coordinate_descent(loss: Callable[[CostCoefficients], float], start: CostCoe
 
 # ------------------------------------------------------------------------------------ op level
 
-def _host_of(m: Measurement, coef: CostCoefficients) -> float:
-    """Host seconds the op benchmark's loop spent per call of this measurement."""
-    seconds = sum(host_seconds(op, coef) for op in m.ops)
+def _host_of(m: Measurement, coef: CostCoefficients, *, paced: bool = True) -> float:
+    """Host seconds the op benchmark's loop spent per call of this measurement (``paced``: with
+    what a cuDNN RNN call spends launching its time steps)."""
+    seconds = sum(host_seconds(op, coef) + (recurrent_host_seconds(op, DEVICE, coef) if paced else 0.0)
+                  for op in m.ops)
     if any(op.phase == "backward" for op in m.ops) and m.part != "bwd":
         seconds += coef.host_call_s.get("backward", 0.0)  # loss.backward() / autograd.grad()
     if m.dtype.endswith("autocast") or "autocast" in dict(m.shape).get("what", ""):
@@ -298,8 +300,9 @@ def predict_measurement(m: Measurement, coef: CostCoefficients) -> float:
 
 def device_bound(m: Measurement, coef: CostCoefficients) -> bool:
     """Whether the measured time is at least twice what the host needed to issue the op: only
-    then does it say much about the device (a tiny op's time is the benchmark loop's host time)."""
-    return m.group != "host" and m.us >= 2.0 * _host_of(m, coef) * 1e6
+    then does it say much about the device (a tiny op's time is the benchmark loop's host time).
+    A cuDNN RNN's launches of its time steps are the op's own work, fitted with its device terms."""
+    return m.group != "host" and m.us >= 2.0 * _host_of(m, coef, paced=False) * 1e6
 
 
 def op_loss(measurements: list[Measurement]) -> Callable[[CostCoefficients], float]:
@@ -574,13 +577,14 @@ class StepTimeline:
         no_floor = replace(coef, kernel_floor_s=0.0)
         ops = case.trace.ops
         self.host = [host_seconds(op, coef) for op in ops]
+        self.paced = [recurrent_host_seconds(op, DEVICE, coef) for op in ops]
         self.body = [kernel_seconds(op, DEVICE, no_floor) for op in ops]
         self.kernels = [op.cost.kernels for op in ops]
         self.sync = [op.name == "ptp.sync" for op in ops]
         self.calls = (step_host_seconds(case.trace, coef) - coef.host_step_s) / coef.extra.get("host_scale", 1.0)
-        # Ops whose time is not body + floor x kernels for every floor (a cuDNN RNN's time steps
-        # each take the longer of a fixed step time and a GEMM plus the floor) are priced in full
-        # at each call.
+        # Ops whose time is not body + floor x kernels for every floor (a persistent cuDNN RNN's
+        # time steps each take the longer of a fixed step time and a GEMM plus the floor) are
+        # priced in full at each call.
         exact = [i for i, op in enumerate(ops) if op.cost.kernels and any(
             abs(kernel_seconds(op, DEVICE, replace(coef, kernel_floor_s=floor)) - self.body[i] - floor * op.cost.kernels)
             > 1e-12 for floor in _PROBED_FLOORS)]
@@ -594,13 +598,16 @@ class StepTimeline:
         host = end = coef.host_step_s + self.calls * scale
         dev = 0.0
         exact = iter([kernel_seconds(op, DEVICE, coef) for op in self.exact])
-        for h, body, n, sync in zip(self.host, self.body, self.kernels, self.sync):
+        for h, paced, body, n, sync in zip(self.host, self.paced, self.body, self.kernels, self.sync):
             host += h * scale
             if sync and dev > host:
                 host = dev
             if n:
                 start = host + latency
                 dev = (dev if dev > start else start) + (body + floor * n if body is not None else next(exact))
+                if paced:
+                    dev = max(dev, start + paced)
+            host += paced
         return max(host, dev, end)
 
     def check(self, coef: CostCoefficients) -> None:

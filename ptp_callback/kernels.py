@@ -33,10 +33,11 @@ broad shape grids (``benchmarks/fit_coefficients.py``), never on a model:
 * ``recurrent``: a cuDNN RNN call is a fixed setup cost and, per layer and direction, one GEMM
   over all time steps for the input projection and then one step after another: each step's
   recurrent GEMM (backward: its data gradient), as one kernel whose few CTAs walk the whole K
-  without split-K, and its gates' kernel; never faster than a fixed per-step time, which depends
-  on whether cuDNN's persistent kernels run the layer (outside them, the host launching each
-  step's kernels). Backward: the same steps plus the input's data gradient and the
-  weight-gradient GEMMs.
+  without split-K, and its gates' kernel. Where cuDNN's persistent kernels run the layer, a step
+  is never faster than a fixed per-step time on the device; elsewhere the host launches each
+  step's kernels, which takes a fixed time per step on the host (:func:`recurrent_host_seconds`):
+  the device runs the steps as they come, and work queued before the call runs meanwhile.
+  Backward: the same steps plus the input's data gradient and the weight-gradient GEMMs.
 * everything else: bytes over bandwidth at the class's efficiency, plus the class's latency; on a
   CPU never less than its elements at the probed time per element of that op, where the probe
   measured one (random numbers, transcendental functions, pooling: ``probe.element_ops``).
@@ -572,10 +573,10 @@ def recurrent_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) 
     family = _family(device, cost.dtype)
     width = gates * hidden
     recurrent = proj or hidden
-    persistent = hidden <= coef.recurrent.get("persistent_max_hidden", 0) and family != "bf16"
-    regime = "persistent" if persistent else "standard"
+    persistent = _persistent(cost, device, coef)
     direction = "bwd" if cost.backward else "fwd"
-    step_floor = pick(coef.recurrent, (f"step_s:{regime}", direction, family), 20e-6)
+    # Outside the persistent kernels the per-step floor is the host's (recurrent_host_seconds).
+    step_floor = pick(coef.recurrent, ("step_s:persistent", direction, family), 20e-6) if persistent else 0.0
     nbytes = cost.dtype in ("fp32", "tf32") and 4 or 2
     total = 0.0
     if persistent:
@@ -604,6 +605,26 @@ def recurrent_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) 
     # short sequence costs far more per step than a long one.
     setup = pick(coef.latency_s, ("recurrent", direction), 0.0)
     return total + setup
+
+
+def _persistent(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> bool:
+    """Whether cuDNN runs the call's steps in one persistent kernel (small hidden sizes, not bf16)."""
+    hidden = cost.dims[6]
+    return hidden <= coef.recurrent.get("persistent_max_hidden", 0) and _family(device, cost.dtype) != "bf16"
+
+
+def recurrent_host_seconds(op: OpRecord, device: DeviceSpec, coef: CostCoefficients) -> float:
+    """Host time a cuDNN RNN call spends launching its time steps one after another, per layer and
+    direction (0 for other ops, on a CPU, and where the persistent kernels run every step). The
+    device runs each step's kernels as they come: a step is never faster than its launch, and
+    other ops' kernels queued before the call run while the host is still launching it."""
+    cost = op.cost
+    if cost.op_class != "recurrent" or len(cost.dims) != 8 or _cpu_rooflines(coef) or _persistent(cost, device, coef):
+        return 0.0
+    _gates, _layers, dirs, _batch, seq, _inp, _hidden, _proj = cost.dims
+    direction = "bwd" if cost.backward else "fwd"
+    step = pick(coef.recurrent, ("step_s:standard", direction, _family(device, cost.dtype)), 20e-6)
+    return dirs * seq * len(rnn_layer_inputs(cost.dims)) * step
 
 
 def cpu_recurrent_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> float:

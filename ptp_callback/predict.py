@@ -24,6 +24,7 @@ from .kernels import (  # noqa: F401 - re-exported: the cost model's public entr
     gemm_seconds,
     kernel_seconds,
     peak_flops,
+    recurrent_host_seconds,
     wave_seconds,
 )
 from .tracer import PHASES, OpRecord, Trace
@@ -128,8 +129,11 @@ def simulate(
     for op in trace.ops:
         h = host_seconds(op, coef) * host_factor
         k = kernel_seconds(op, device, coef) * corrections.get(op.cost.op_class, 1.0)
+        # A cuDNN RNN call's host launches its time steps one by one (the loop's own speed does
+        # not scale it: it runs inside the call, not in Python).
+        paced = recurrent_host_seconds(op, device, coef) * corrections.get("host", 1.0)
         kernel_times.append(k)
-        host_busy += h
+        host_busy += h + paced
         dev_busy += k
         if synchronous:
             host += h + k
@@ -139,7 +143,8 @@ def simulate(
             if op.name == "ptp.sync":
                 host = max(host, dev)
             if k > 0.0:
-                dev = max(dev, host + coef.launch_latency_s) + k
+                dev = max(max(dev, host + coef.launch_latency_s) + k, host + paced + coef.launch_latency_s)
+            host += paced
         new_end = max(host, dev)
         added = new_end - end
         end = new_end

@@ -22,6 +22,7 @@ from ptp_callback.kernels import (
     memory_seconds,
     packed_groups,
     peak_flops,
+    recurrent_host_seconds,
     recurrent_seconds,
     runs_as_gemm,
     stream_rate,
@@ -90,21 +91,32 @@ def test_bf16_before_ampere_runs_at_the_fp32_rate():
     assert gemm_seconds(bf16, t4, HOPPER) > 4 * gemm_seconds(fp16, t4, HOPPER)
 
 
-def test_recurrent_call_is_input_gemm_plus_sequential_steps():
+def test_recurrent_call_is_input_gemm_plus_sequential_steps_that_the_host_launches_one_by_one():
     # One LSTM layer, one direction: batch 8, 100 steps, input 16, hidden 32 (gates x hidden = 128).
     cost = OpCost("recurrent", 0.0, 0.0, 1, "bf16", dims=(4, 1, 1, 8, 100, 16, 32, 0))
     coef = replace(COEF, recurrent={"persistent_max_hidden": 0, "step_s:standard": 20e-6, "l2_fraction": 0.5})
-    step = max(20e-6, wave_seconds(1, 8, 128, 32, "bf16", TOY, coef, max_split=1) + coef.kernel_floor_s)
+    record = OpRecord("aten._cudnn_rnn.default", "forward", "", cost)
+    step = wave_seconds(1, 8, 128, 32, "bf16", TOY, coef, max_split=1) + coef.kernel_floor_s
     expected = 100 * step + wave_seconds(1, 8 * 100, 128, 16, "bf16", TOY, coef)
     assert recurrent_seconds(cost, TOY, coef) == pytest.approx(expected)
-    assert 100 * 20e-6 <= expected < 100 * 20e-6 * 1.01  # a small layer is bound by its per-step latency
+    # The host launches each step: a small layer is bound by that, not by its kernels.
+    assert recurrent_host_seconds(record, TOY, coef) == pytest.approx(100 * 20e-6)
+    assert recurrent_seconds(cost, TOY, coef) < recurrent_host_seconds(record, TOY, coef)
     # Backward: each step's data gradient (8 x 128) @ (128 x 32), plus the input's data gradient
     # and both weight gradients.
     backward = replace(cost, backward=True)
-    step_bwd = max(20e-6, wave_seconds(1, 8, 32, 128, "bf16", TOY, coef, max_split=1) + coef.kernel_floor_s)
+    step_bwd = wave_seconds(1, 8, 32, 128, "bf16", TOY, coef, max_split=1) + coef.kernel_floor_s
     expected_bwd = (100 * step_bwd + wave_seconds(1, 800, 16, 128, "bf16", TOY, coef)
                     + wave_seconds(1, 128, 48, 800, "bf16", TOY, coef))
     assert recurrent_seconds(backward, TOY, coef) == pytest.approx(expected_bwd)
+    # Two layers, both directions: each of the four runs its steps.
+    deep = replace(cost, dims=(4, 2, 2, 8, 100, 16, 32, 0))
+    assert recurrent_host_seconds(replace(record, cost=deep), TOY, coef) == pytest.approx(4 * 100 * 20e-6)
+    # cuDNN's persistent kernels run every step on the device: nothing is launched step by step.
+    persistent = replace(coef, recurrent={**coef.recurrent, "persistent_max_hidden": 64})
+    fp16 = replace(record, cost=replace(cost, dtype="fp16"))
+    assert recurrent_host_seconds(fp16, TOY, coef) > 0.0
+    assert recurrent_host_seconds(fp16, TOY, persistent) == 0.0
 
 
 def test_a_wide_recurrent_step_is_bound_by_its_gemm_walking_k_alone():
