@@ -7,7 +7,7 @@ FILE (default ``data/profiles_2026-11-26.jsonl``, made by ``profile_steps.py`` o
 per workload and precision, the step time measured in that run and each aten op's self device
 time over one profiled step. For each one this prints the step (``data/steps.jsonl``'s, that run's,
 predicted), the device time (profiled, predicted: the sum of the ops' kernel times) and the
-predicted host time. ``--ops`` adds a table by aten op for one configuration. ``--gemms`` scores
+predicted host time (the host timeline's busy time). ``--ops`` adds a table by aten op for one configuration. ``--gemms`` scores
 the GEMM model on the steps' own GEMMs, shape by shape: kernel times of real training steps that no
 coefficient was fitted on (``ops.jsonl``'s GEMM rows are mostly random, misaligned shapes).
 """
@@ -31,7 +31,7 @@ from step_data import cached_trace  # noqa: E402
 from ptp_callback.coefficients import HOPPER  # noqa: E402
 from ptp_callback.devices import get_device  # noqa: E402
 from ptp_callback.kernels import kernel_seconds  # noqa: E402
-from ptp_callback.predict import host_seconds, simulate  # noqa: E402
+from ptp_callback.predict import simulate  # noqa: E402
 
 DEFAULT = os.path.join(DATA, "profiles_2026-11-26.jsonl")
 DEVICE = get_device("h100-sxm")
@@ -115,9 +115,10 @@ def main() -> None:
           f"{'device: profiled':>17s} {'predicted':>9s} {'host: predicted':>16s}")
     for record in records:
         trace = cached_trace(record["workload"], record["precision"])
-        step = simulate(trace, DEVICE, HOPPER).step_s
-        device = sum(kernel_seconds(op, DEVICE, HOPPER) for op in trace.ops)
-        host = sum(host_seconds(op, HOPPER) for op in trace.ops)
+        # The engine's two timelines: the host's busy time includes what a cuDNN RNN spends
+        # launching its time steps, which is no op's kernel time.
+        predicted = simulate(trace, DEVICE, HOPPER)
+        step, device, host = predicted.step_s, predicted.device_s, predicted.host_s
         ref = reference.get((record["workload"], record["precision"]))
         print(f"{record['workload']:28s} {record['precision']:10s} {ref.step_s * 1e3 if ref else float('nan'):14.1f} ms "
               f"{record['step_s_median'] * 1e3:7.1f} {step * 1e3:9.1f} {record['profile_total_ms']:14.1f} ms "
