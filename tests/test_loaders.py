@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import random
+import time
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
+from ptp_callback import loaders
 from ptp_callback.loaders import batch_bytes, example_batch, first_loader, loader_facts
 
 
@@ -20,6 +22,41 @@ def test_an_example_batch_leaves_every_generator_as_it_was():
     (x,), seconds = example_batch(loader)
     assert x.shape == (8, 1) and seconds >= 0.0
     assert (torch.rand(1), random.random(), np.random.rand()) == expected
+
+
+class LazyOpen(torch.utils.data.Dataset):
+    """Opens its storage on the first read, as file-backed datasets do: only the first batch pays."""
+
+    def __init__(self, open_s: float) -> None:
+        self.open_s, self.opened, self.reads = open_s, False, 0
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        if not self.opened:
+            time.sleep(self.open_s)
+            self.opened = True
+        self.reads += 1
+        return torch.full((4,), float(i))
+
+
+def test_a_batch_is_timed_as_the_loader_builds_it_after_its_first():
+    data = LazyOpen(open_s=0.3)
+    batch, seconds = example_batch(DataLoader(data, batch_size=8))
+    assert torch.equal(batch[:, 0], torch.arange(8.0))  # the example is still the first batch
+    assert data.reads == 16 and seconds < 0.15
+
+
+def test_a_slow_first_batch_is_not_built_twice(monkeypatch):
+    monkeypatch.setattr(loaders, "REPEAT_BELOW_S", 0.0)
+    data = LazyOpen(open_s=0.0)
+    example_batch(DataLoader(data, batch_size=8))
+    assert data.reads == 8
+    monkeypatch.setattr(loaders, "REPEAT_BELOW_S", 10.0)
+    small = LazyOpen(open_s=0.0)  # fewer items than two batches: nothing to build again
+    example_batch(DataLoader(small, batch_size=40))
+    assert small.reads == 40
 
 
 class Stream(IterableDataset):
