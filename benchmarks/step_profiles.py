@@ -7,9 +7,10 @@ FILE (default ``data/profiles_2026-11-26.jsonl``, made by ``profile_steps.py`` o
 per workload and precision, the step time measured in that run and each aten op's self device
 time over one profiled step. For each one this prints the step (``data/steps.jsonl``'s, that run's,
 predicted), the device time (profiled, predicted: the sum of the ops' kernel times) and the
-predicted host time (the host timeline's busy time). ``--ops`` adds a table by aten op for one configuration. ``--gemms`` scores
-the GEMM model on the steps' own GEMMs, shape by shape: kernel times of real training steps that no
-coefficient was fitted on (``ops.jsonl``'s GEMM rows are mostly random, misaligned shapes).
+predicted host time (the host timeline's busy time). ``--ops`` adds a table by aten op for one
+configuration. ``--gemms`` scores the GEMM model on the steps' own GEMMs, shape by shape: kernel
+times of real training steps that no coefficient was fitted on (``ops.jsonl``'s GEMM rows are
+mostly random, misaligned shapes).
 """
 
 from __future__ import annotations
