@@ -570,18 +570,16 @@ def recurrent_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) 
     if _cpu_rooflines(coef):
         return cpu_recurrent_seconds(cost, device, coef)
     gates, _layers, dirs, batch, seq, _inp, hidden, proj = cost.dims
-    family = _family(device, cost.dtype)
     width = gates * hidden
     recurrent = proj or hidden
-    persistent = _persistent(cost, device, coef)
     direction = "bwd" if cost.backward else "fwd"
-    # Outside the persistent kernels the per-step floor is the host's (recurrent_host_seconds).
-    step_floor = pick(coef.recurrent, ("step_s:persistent", direction, family), 20e-6) if persistent else 0.0
     nbytes = cost.dtype in ("fp32", "tf32") and 4 or 2
     total = 0.0
-    if persistent:
-        # One kernel runs every step, the weights held on chip.
-        per_step = wave_seconds(1, batch, width, recurrent, cost.dtype, device, coef)
+    if _persistent(cost, device, coef):
+        # One kernel runs every step, the weights held on chip, never faster than a fixed time a
+        # step (outside these kernels the per-step time is the host's: recurrent_host_seconds).
+        floor = pick(coef.recurrent, ("step_s:persistent", direction, _family(device, cost.dtype)), 20e-6)
+        per_step = max(floor, wave_seconds(1, batch, width, recurrent, cost.dtype, device, coef))
     else:
         # One step's recurrent GEMM -- forward (batch x recurrent) @ (recurrent x width), backward its
         # data gradient (batch x width) @ (width x recurrent) -- as one kernel of a few CTAs that walk
@@ -594,7 +592,7 @@ def recurrent_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) 
         # Each step reads the recurrent weights again (cached in L2 when they fit).
         per_step = max(per_step, memory_seconds(weights, device, coef, "gemm", cost.dtype))
     for layer_input in rnn_layer_inputs(cost.dims):
-        steps = seq * max(step_floor, per_step)
+        steps = seq * per_step
         if cost.backward:
             big = (wave_seconds(1, batch * seq, layer_input, width, cost.dtype, device, coef)
                    + wave_seconds(1, width, layer_input + recurrent, batch * seq, cost.dtype, device, coef))

@@ -125,13 +125,14 @@ def simulate(
     by_phase["forward"] = end  # the step's own Python (loop, autocast, backward call) happens on the host
     by_class: dict[str, float] = {"host": end}
     kernel_times: list[float] = []
-    host_factor = corrections.get("host", 1.0) * coef.extra.get("host_scale", 1.0)
+    # A cuDNN RNN call's host launches its time steps one by one: the machine's host speed scales
+    # that, the loop's own (``host_scale``) does not, as it runs inside the call, not in Python.
+    launch_factor = corrections.get("host", 1.0)
+    host_factor = launch_factor * coef.extra.get("host_scale", 1.0)
     for op in trace.ops:
         h = host_seconds(op, coef) * host_factor
         k = kernel_seconds(op, device, coef) * corrections.get(op.cost.op_class, 1.0)
-        # A cuDNN RNN call's host launches its time steps one by one (the loop's own speed does
-        # not scale it: it runs inside the call, not in Python).
-        paced = recurrent_host_seconds(op, device, coef) * corrections.get("host", 1.0)
+        paced = recurrent_host_seconds(op, device, coef) * launch_factor
         kernel_times.append(k)
         host_busy += h + paced
         dev_busy += k
