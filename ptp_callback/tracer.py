@@ -433,6 +433,7 @@ class _ModulePath:
                 self.names.setdefault(id(module), f"{root}.{name}" if name else root)
         self.stack: list[str] = []
         self._handles: list[Any] = []
+        self._warnings: warnings.catch_warnings | None = None
 
     def current(self) -> str:
         return self.stack[-1] if self.stack else ""
@@ -450,9 +451,17 @@ class _ModulePath:
         hooks = torch.nn.modules.module
         self._handles = [hooks.register_module_forward_pre_hook(enter),
                          hooks.register_module_forward_hook(leave, always_call=True)]
+        # A torch.compile'd module warns the user about global hooks each time it is called while
+        # these are registered: they are the trace's own, gone when it ends.
+        self._warnings = warnings.catch_warnings()
+        self._warnings.__enter__()
+        warnings.filterwarnings("ignore", message=r"Using `torch\.compile\(module\)` when there are global hooks")
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        if self._warnings is not None:
+            self._warnings.__exit__(*exc)
+            self._warnings = None
         for handle in self._handles:
             handle.remove()
         self.stack.clear()

@@ -652,3 +652,20 @@ def test_a_trace_collects_only_its_own_garbage_and_leaves_the_collector_as_it_fo
         assert gc.get_freeze_count() > 0 and all(collected for _, collected in seen)
     finally:
         gc.unfreeze()
+
+
+def test_a_compiled_submodule_traces_as_its_module_without_warning_of_the_traces_own_hooks():
+    # torch.compile'd modules warn about global module hooks each time they run while any are
+    # registered; the only ones during a trace are the trace's own, so the user sees no such warning.
+    plain = trace_step(mlp(), mlp_batch(), ce_step, precision="bf16-mixed")
+    model = mlp()
+    model[2] = torch.compile(model[2])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compiled = trace_step(model, mlp_batch(), ce_step, precision="bf16-mixed")
+    assert not [w for w in caught if "global hooks" in str(w.message)]
+    assert names(compiled) == names(plain)
+    # The filter goes with the trace: the user's own warning filters are as they were.
+    before = list(warnings.filters)
+    trace_step(model, mlp_batch(), ce_step, precision="bf16-mixed")
+    assert warnings.filters == before
