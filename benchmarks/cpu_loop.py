@@ -8,7 +8,7 @@ nor logging, one ``self.log("loss", loss, prog_bar=True)`` per step, the TQDM ba
 (the bar writes to a discarded stream). Printed for each: the median interval between training
 batch ends, the traced step's prediction, what the interval spends beyond that step (the loop's
 work), and the plan's loop estimate for this machine (``host_costs.cpu_host``: the probe's time
-per small op times :data:`~ptp_callback.host_costs.CPU_LOOP_AT_REFERENCE_S`), all in milliseconds,
+per small op times :data:`~ptp_callback.host_costs.CPU_LOOP_SMALL_OPS`), all in milliseconds,
 medians over ``--rounds``. The probe is this machine's cached one.
 """
 

@@ -107,25 +107,25 @@ CPU_HOST = replace(H100_HOST, loop_s=0.0, val_loop_s=0.0, input_bytes_per_s=floa
 
 
 # Lightning's own work per training batch on a CPU (hooks, one metric logged to the progress bar,
-# the bar itself) on a host whose small op takes the H100 host's 10.85 us; a host's is this times its
-# ``host_speed``. A loop of Python hooks does not run at the speed of a CUDA launch: the H100 host's
-# loop work (``H100_HOST.loop_s``) scaled the same way came out half of it. A one-layer model's
-# batches spent 1.20-1.29 ms beyond its step on a 2-core Xeon whose small op took 2.1 us
-# (2026-11-29, ``benchmarks/cpu_loop.py``; 0.80-0.84 ms with neither bar nor logging) and 3.3-5.2 ms
-# on a 2-core EPYC at 7.2 us (2026-11-23; 1.0-2.4 ms): 560-620 and 460-720 small ops.
-CPU_LOOP_AT_REFERENCE_S = 580 * 10.85e-6
+# the bar itself), in the machine's probed time per small op (as the probe prices a CPU's other
+# fixed costs). A loop of Python hooks does not run at the speed of a CUDA launch: the H100 host's
+# loop work (``H100_HOST.loop_s``) scaled by the ratio of small-op times came out half of it. A
+# one-layer model's batches spent 1.20-1.29 ms beyond its step on a 2-core Xeon whose small op took
+# 2.1 us (2026-11-29, ``benchmarks/cpu_loop.py``; 0.80-0.84 ms with neither bar nor logging) and
+# 3.3-5.2 ms on a 2-core EPYC at 7.2 us (2026-11-23; 1.0-2.4 ms): 560-620 and 460-720 small ops.
+CPU_LOOP_SMALL_OPS = 580
 
 
-def cpu_host(host_speed: float) -> HostCosts:
-    """:data:`CPU_HOST` with the loop's per-batch work (:data:`CPU_LOOP_AT_REFERENCE_S`) scaled by
-    ``host_speed``: this host's time per small op over the H100 host's (the probe measures it). A
-    fit whose sanity check runs replaces the validation batches' estimate by what they measure; one
-    without (no validation, or ``num_sanity_val_steps=0``) would otherwise count no loop work at all,
-    and on a CPU that work (hooks, logging, the progress bar: 1-5 ms a batch on a 2-core machine) can
-    be most of a small model's batch."""
-    loop = CPU_LOOP_AT_REFERENCE_S * host_speed
+def cpu_host(small_op_s: float) -> HostCosts:
+    """:data:`CPU_HOST` with the loop's per-batch work, :data:`CPU_LOOP_SMALL_OPS` of this host's
+    ``small_op_s`` (the probe measures it). A fit whose sanity check runs replaces the validation
+    batches' estimate by what they measure; one without (no validation, or
+    ``num_sanity_val_steps=0``) would otherwise count no loop work at all, and on a CPU that work
+    (hooks, logging, the progress bar: 1-5 ms a batch on a 2-core machine) can be most of a small
+    model's batch."""
+    loop = CPU_LOOP_SMALL_OPS * small_op_s
     return replace(CPU_HOST, loop_s=loop, val_loop_s=loop,
-                   source=f"defaults for a CPU host, the loop's work scaled by its per-op time ({host_speed:.2f}x)")
+                   source=f"defaults for a CPU host, the loop's work {CPU_LOOP_SMALL_OPS} small ops of {small_op_s * 1e6:.1f} us")
 
 
 def spare_cpu_cores() -> int:

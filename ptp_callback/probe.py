@@ -791,7 +791,16 @@ def dtype_slowdowns(times: dict[str, float]) -> dict[str, float]:
 def host_speed(small_op_s: float, coef: CostCoefficients) -> float:
     """This host's time per small op over that of the host ``coef`` was fitted on (its
     ``reference_small_op_s``): how much slower its per-op and per-batch host work runs."""
-    return small_op_s / coef.extra.get("reference_small_op_s", 10.85e-6)
+    return small_op_s / _reference_small_op_s(coef)
+
+
+def probed_small_op_s(coef: CostCoefficients) -> float:
+    """The probed host's time per small op, from the ``host_speed`` its coefficients keep."""
+    return coef.extra["host_speed"] * _reference_small_op_s(coef)
+
+
+def _reference_small_op_s(coef: CostCoefficients) -> float:
+    return coef.extra.get("reference_small_op_s", 10.85e-6)
 
 
 def refine_with_probe(spec: DeviceSpec, coef: CostCoefficients, result: ProbeResult) -> tuple[DeviceSpec, CostCoefficients]:

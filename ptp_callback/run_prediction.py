@@ -23,6 +23,7 @@ from .devices import DeviceSpec
 from .host_costs import CPU_HOST, H100_HOST, HostCosts, cpu_host, probe_host, spare_cpu_cores, worker_batch_seconds
 from .precision import PrecisionSpec
 from .predict import StepPrediction, simulate
+from .probe import probed_small_op_s
 from .run_plan import LoaderFacts, RunPlan, StepCosts, plan_run
 from .schedule import FitSchedule
 from .step import resolve_device
@@ -123,7 +124,7 @@ def predict_run(
     if host is None:
         base = H100_HOST if on_gpu else CPU_HOST
         if not on_gpu and framework_loop and "host_speed" in coef.extra:  # a probed CPU
-            base = cpu_host(coef.extra["host_speed"])
+            base = cpu_host(probed_small_op_s(coef))
         if run_device is not None and (run_device.type == "cuda") == on_gpu:  # training runs here: measure it
             host = probe_host(base, checkpoint_dir=checkpoint.directory if checkpoint else None,
                               buffered_saves=bool(checkpoint and checkpoint.buffered),

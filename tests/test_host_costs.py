@@ -112,8 +112,8 @@ def test_without_workers_or_checkpoints_nothing_is_probed(cache):
 
 def test_a_cpu_hosts_loop_work_scales_with_its_time_per_op():
     # a host twice as slow per op spends twice the loop work per batch
-    slow = cpu_host(2.0)
-    assert slow.loop_s == slow.val_loop_s == pytest.approx(2 * cpu_host(1.0).loop_s)
+    slow = cpu_host(2 * 2.1e-6)
+    assert slow.loop_s == slow.val_loop_s == pytest.approx(2 * cpu_host(2.1e-6).loop_s)
     assert slow.loop_s > 0
     assert (slow.loader_start_s, slow.end_s, slow.input_bytes_per_s) == (
         CPU_HOST.loader_start_s, CPU_HOST.end_s, CPU_HOST.input_bytes_per_s)
