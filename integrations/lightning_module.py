@@ -21,6 +21,7 @@ from ptp_callback.clipping import ClippedGradients
 from ptp_callback.comm import ddp_exposed_seconds, fsdp_exposed_seconds
 from ptp_callback.devices import DeviceSpec
 from ptp_callback.forecast import RunForecaster
+from ptp_callback.host_costs import LIGHTNING_LOOP
 from ptp_callback.loaders import example_batch, first_loader, loader_facts
 from ptp_callback.manual_step import ManualOptimization, ManualStep
 from ptp_callback.precision import PRECISIONS, PrecisionSpec
@@ -249,7 +250,7 @@ def predict_fit(trainer: Trainer, module: LightningModule, spec: PrecisionSpec |
             device if device is not None else run_device, run_device=run_device,
             train_loader=loader_facts(train_loader, train_batch, load_s), sanity_batches=sanity_batches,
             checkpoint=checkpoint, communication=communication(trainer), loader_started_before_first_epoch=True,
-            model_to_cpu_at_end=True, framework_loop=True, val_workers_live_on=True,
+            model_to_cpu_at_end=True, framework_loop=LIGHTNING_LOOP, val_workers_live_on=True,
             extra_key=step_code_key(module), **val)
     return prediction, train_batch
 

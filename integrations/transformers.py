@@ -61,6 +61,7 @@ from ptp_callback.cadence import positions_every, with_evaluations
 from ptp_callback.clipping import ClippedGradients
 from ptp_callback.device_names import resolve_target
 from ptp_callback.devices import DeviceSpec
+from ptp_callback.host_costs import HF_TRAINER_LOOP
 from ptp_callback.loaders import example_batch, loader_facts
 from ptp_callback.notices import warn
 from ptp_callback.precision import PrecisionSpec
@@ -274,7 +275,7 @@ class PrecisionTimeTrainerCallback(TrainerCallback, ExportableState):
                                      replaces_previous=args.save_total_limit is not None) \
             if tracker.forecaster.saves else None
         tracker.predict(inputs, train_loader=loader_facts(train_dataloader, batch, load_s), val_loader=val_facts,
-                        checkpoint=checkpoint, world_size=int(args.world_size))
+                        checkpoint=checkpoint, world_size=int(args.world_size), loop=HF_TRAINER_LOOP)
 
     # ------------------------------------------------------------------------------ events
     def _event(self, name: str, t: float | None = None) -> None:

@@ -43,6 +43,8 @@ class HostCosts:
 
     ``loop_s`` / ``val_loop_s``: the training / validation loop's own work per batch that the
     device does not hide (hooks, progress bar, logging, the batch's host-to-device transfer call);
+    ``step_loop_s``: its work once per optimizer step (the framework's optimizer hooks and
+    closure, ``zero_grad``, the scheduler's step; 0: counted in ``loop_s``);
     ``loader_start_s``: a DataLoader iterator starting its worker processes until they can deliver;
     ``input_bytes_per_s``: a GPU batch's copy to the device from pageable memory, and
     ``pinned_input_bytes_per_s`` from the page-locked memory a ``pin_memory=True`` loader delivers
@@ -73,6 +75,7 @@ class HostCosts:
     loader_stop_s: float = 0.0
     pinned_input_bytes_per_s: float = 0.0
     fork_write_s_per_byte: float = 0.0
+    step_loop_s: float = 0.0
     source: str = ""
 
     def input_rate(self, pinned: bool) -> float:
@@ -106,26 +109,41 @@ CPU_HOST = replace(H100_HOST, loop_s=0.0, val_loop_s=0.0, input_bytes_per_s=floa
                    copy_bytes_per_s=float("inf"), end_s=0.05, end_workers_s=0.048, source="defaults for a CPU host")
 
 
-# Lightning's own work per training batch on a CPU (hooks, one metric logged to the progress bar,
-# the bar itself), in the machine's probed time per small op (as the probe prices a CPU's other
-# fixed costs). A loop of Python hooks does not run at the speed of a CUDA launch: the H100 host's
-# loop work (``H100_HOST.loop_s``) scaled by the ratio of small-op times came out half of it. A
-# one-layer model's batches spent 1.20-1.29 ms beyond its step on a 2-core Xeon whose small op took
-# 2.1 us (2026-11-29, ``benchmarks/cpu_loop.py``; 0.80-0.84 ms with neither bar nor logging) and
-# 3.3-5.2 ms on a 2-core EPYC at 7.2 us (2026-11-23; 1.0-2.4 ms): 560-620 and 460-720 small ops.
-CPU_LOOP_SMALL_OPS = 580
+@dataclass(frozen=True)
+class LoopWork:
+    """A training framework's own work on a CPU, in the probed host's small ops
+    (:func:`~ptp_callback.probe.probed_small_op_s`, as the probe prices a CPU's other fixed costs):
+    per training batch, per optimizer step and per validation batch."""
+
+    batch_ops: float
+    step_ops: float
+    val_batch_ops: float
 
 
-def cpu_host(small_op_s: float) -> HostCosts:
-    """:data:`CPU_HOST` with the loop's per-batch work, :data:`CPU_LOOP_SMALL_OPS` of this host's
-    ``small_op_s`` (the probe measures it). A fit whose sanity check runs replaces the validation
-    batches' estimate by what they measure; one without (no validation, or
-    ``num_sanity_val_steps=0``) would otherwise count no loop work at all, and on a CPU that work
-    (hooks, logging, the progress bar: 1-5 ms a batch on a 2-core machine) can be most of a small
-    model's batch."""
-    loop = CPU_LOOP_SMALL_OPS * small_op_s
-    return replace(CPU_HOST, loop_s=loop, val_loop_s=loop,
-                   source=f"defaults for a CPU host, the loop's work {CPU_LOOP_SMALL_OPS} small ops of {small_op_s * 1e6:.1f} us")
+# Measured by ``benchmarks/cpu_loop.py`` on a 2-core Xeon VM (2026-11-29, small op 1.85-1.94 us, five
+# runs): a one-layer model trained with gradient accumulation over 1, 2, 4 and 8 batches, a line
+# through each cycle's time against its batches, less the traced step. A loop of Python hooks runs
+# at neither a CPU op's nor a CUDA launch's speed: the H100 host's loop work scaled by the ratio of
+# small-op times came out half of Lightning's.
+#: Lightning with its progress bar and one metric logged a step (``self.log(..., prog_bar=True)``):
+#: 394-412 small ops a batch, 221-251 an optimizer step, 200-215 a validation batch that logs one.
+LIGHTNING_LOOP = LoopWork(batch_ops=400, step_ops=240, val_batch_ops=205)
+#: The Hugging Face ``Trainer`` with its defaults (tqdm bar, a log every 500 steps, clipping at
+#: 1.0, a linear schedule): 41-74 small ops a micro-batch, 220-239 an optimizer step, 34-41 an
+#: evaluation batch.
+HF_TRAINER_LOOP = LoopWork(batch_ops=55, step_ops=230, val_batch_ops=40)
+
+
+def cpu_host(small_op_s: float, loop: LoopWork = LIGHTNING_LOOP) -> HostCosts:
+    """:data:`CPU_HOST` with a framework loop's work (``loop``, in this host's ``small_op_s``: the
+    probe measures it). A fit whose sanity check runs replaces the validation batches' estimate by
+    what they measure; one without (no validation, or ``num_sanity_val_steps=0``) would otherwise
+    count no loop work at all, and on a CPU that work (hooks, logging, the progress bar: 1-5 ms a
+    batch on a 2-core machine) can be most of a small model's batch."""
+    return replace(CPU_HOST, loop_s=loop.batch_ops * small_op_s, step_loop_s=loop.step_ops * small_op_s,
+                   val_loop_s=loop.val_batch_ops * small_op_s,
+                   source=f"defaults for a CPU host, the loop's work {loop.batch_ops:g} small ops of "
+                          f"{small_op_s * 1e6:.1f} us a batch and {loop.step_ops:g} an optimizer step")
 
 
 def spare_cpu_cores() -> int:

@@ -205,7 +205,7 @@ def plan_run(
     end += state_bytes_to_cpu_at_end / host.copy_bytes_per_s if on_gpu else 0.0
     return RunPlan(
         train_batch_s=train_batch,
-        optimizer_step_s=train.optimizer_s + comm_s,
+        optimizer_step_s=train.optimizer_s + comm_s + host.step_loop_s,
         val_batch_s=val_batch,
         val_run_s=0.0 if persist else val_start,
         epoch_s=epoch,

@@ -20,7 +20,7 @@ import torch
 from .allocator import settle_cpu_allocator
 from .coefficients import CostCoefficients
 from .devices import DeviceSpec
-from .host_costs import CPU_HOST, H100_HOST, HostCosts, cpu_host, probe_host, spare_cpu_cores, worker_batch_seconds
+from .host_costs import CPU_HOST, H100_HOST, HostCosts, LoopWork, cpu_host, probe_host, spare_cpu_cores, worker_batch_seconds
 from .precision import PrecisionSpec
 from .predict import StepPrediction, simulate
 from .probe import probed_small_op_s
@@ -82,7 +82,7 @@ def predict_run(
     communication: Callable[[StepPrediction, DeviceSpec], float] | None = None,
     loader_started_before_first_epoch: bool = False,
     model_to_cpu_at_end: bool = False,
-    framework_loop: bool = False,
+    framework_loop: LoopWork | None = None,
     val_workers_live_on: bool = False,
     extra_key: str = "",
 ) -> RunPrediction:
@@ -92,8 +92,9 @@ def predict_run(
     costs are probed when it is the predicted one). ``communication(step, device)`` gives the
     seconds of gradient communication one optimizer step adds (data-parallel training).
     ``extra_key`` is what else the step's trace depends on (a framework's step method, for the
-    trace cache). ``framework_loop``: a framework's loop (Lightning's hooks, logging, progress bar)
-    runs each batch, whose own work a CPU host estimates from its per-op time (:func:`cpu_host`).
+    trace cache). ``framework_loop``: the framework loop that runs the batches (Lightning's hooks, logging,
+    progress bar: :data:`~ptp_callback.host_costs.LIGHTNING_LOOP`), whose own work a CPU host
+    estimates from its per-op time (:func:`cpu_host`).
     ``val_workers_live_on``: a validation run's loader workers outlive it (see
     :func:`~ptp_callback.run_plan.plan_run`).
     """
@@ -123,8 +124,8 @@ def predict_run(
     trace_s = time.perf_counter() - started
     if host is None:
         base = H100_HOST if on_gpu else CPU_HOST
-        if not on_gpu and framework_loop and "host_speed" in coef.extra:  # a probed CPU
-            base = cpu_host(probed_small_op_s(coef))
+        if not on_gpu and framework_loop is not None and "host_speed" in coef.extra:  # a probed CPU
+            base = cpu_host(probed_small_op_s(coef), framework_loop)
         if run_device is not None and (run_device.type == "cuda") == on_gpu:  # training runs here: measure it
             host = probe_host(base, checkpoint_dir=checkpoint.directory if checkpoint else None,
                               buffered_saves=bool(checkpoint and checkpoint.buffered),

@@ -50,6 +50,7 @@ import torch
 from .cadence import Every, positions_every, with_evaluations
 from .devices import DeviceSpec
 from .forecast import RunForecaster
+from .host_costs import LoopWork
 from .notices import OnceWarnings, PrecisionAdvice, PrecisionHazard, PtpWarning
 from .precision import PrecisionSpec
 from .report import plan_line, report_line
@@ -201,8 +202,9 @@ class RunTracker(RunReadouts):
 
     def predict(self, inputs: TraceInputs, *, train_loader: LoaderFacts = LoaderFacts(),
                 val_loader: LoaderFacts = LoaderFacts(), checkpoint: CheckpointFacts | None = None,
-                world_size: int = 1, extra_key: str = "") -> None:
-        """Predict the run before step one (on failure: one warning, measured timing only)."""
+                world_size: int = 1, extra_key: str = "", loop: LoopWork | None = None) -> None:
+        """Predict the run before step one (on failure: one warning, measured timing only).
+        ``loop``: the framework loop that runs the batches, whose own work a CPU run is planned with."""
         self.inputs, self._extra_key = inputs, extra_key
         started = self.clock()
         try:
@@ -212,7 +214,8 @@ class RunTracker(RunReadouts):
                     run_device=inputs.run_device, val_batch=inputs.val_batch,
                     val_step_fn=inputs.val_step_fn or inputs.step_fn, train_loader=train_loader,
                     val_loader=val_loader, checkpoint=checkpoint,
-                    communication=data_parallel_communication(inputs.model, world_size), extra_key=extra_key)
+                    communication=data_parallel_communication(inputs.model, world_size), extra_key=extra_key,
+                    framework_loop=loop)
         except Exception as exc:  # noqa: BLE001 - a model that cannot be traced still trains
             self.warn_once("predict", f"could not predict the run ({type(exc).__name__}: {exc}); "
                                   "the ETA uses measured batches only")

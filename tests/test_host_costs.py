@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from ptp_callback import host_costs
-from ptp_callback.host_costs import CPU_HOST, H100_HOST, cpu_host, probe_host, spare_cpu_cores
+from ptp_callback.host_costs import (CPU_HOST, H100_HOST, LIGHTNING_LOOP, LoopWork, cpu_host, probe_host,
+                                     spare_cpu_cores)
 
 
 @pytest.fixture
@@ -111,10 +112,11 @@ def test_without_workers_or_checkpoints_nothing_is_probed(cache):
 
 
 def test_a_cpu_hosts_loop_work_scales_with_its_time_per_op():
-    # a host twice as slow per op spends twice the loop work per batch
-    slow = cpu_host(2 * 2.1e-6)
-    assert slow.loop_s == slow.val_loop_s == pytest.approx(2 * cpu_host(2.1e-6).loop_s)
-    assert slow.loop_s > 0
+    # a host twice as slow per op spends twice the loop work per batch and per optimizer step
+    slow, fast = cpu_host(2 * 2.1e-6), cpu_host(2.1e-6)
+    assert (slow.loop_s, slow.step_loop_s, slow.val_loop_s) == pytest.approx(
+        (2 * fast.loop_s, 2 * fast.step_loop_s, 2 * fast.val_loop_s))
+    assert min(slow.loop_s, slow.step_loop_s, slow.val_loop_s) > 0
     assert (slow.loader_start_s, slow.end_s, slow.input_bytes_per_s) == (
         CPU_HOST.loader_start_s, CPU_HOST.end_s, CPU_HOST.input_bytes_per_s)
 
@@ -162,3 +164,11 @@ def test_a_probe_that_would_take_seconds_of_building_batches_is_shortened_or_lef
     slow = LoaderFacts(num_workers=2, load_s=0.5, batch_bytes=400_000)
     assert _with_worker_costs(slow) == slow
     assert len(probed) == 1 and len(os.listdir(cache)) == 1  # the first one's measurement only
+
+
+def test_each_framework_loop_is_priced_per_batch_per_step_and_per_validation_batch():
+    # 1 us a small op: the loop's work in microseconds is its count of small ops
+    loop = LoopWork(batch_ops=45, step_ops=235, val_batch_ops=63)
+    host = cpu_host(1e-6, loop)
+    assert (host.loop_s, host.step_loop_s, host.val_loop_s) == pytest.approx((45e-6, 235e-6, 63e-6))
+    assert cpu_host(1e-6).loop_s == pytest.approx(LIGHTNING_LOOP.batch_ops * 1e-6)  # Lightning's by default

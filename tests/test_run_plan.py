@@ -35,6 +35,13 @@ def test_a_gpu_plan_adds_the_loop_the_input_copy_and_the_loaders():
     assert plan.warmup_per_sanity_excess > 0 and not plan.sanity_calibrates
 
 
+def test_a_loops_work_per_optimizer_step_is_paid_once_a_step_not_once_a_batch():
+    host = replace(HOST, step_loop_s=0.002)  # the framework's optimizer hooks, zero_grad, scheduler
+    plan = plan_run(StepCosts(0.100, optimizer_s=0.010), None, host, on_gpu=False, autocast=False)
+    assert plan.train_batch_s == pytest.approx(0.090 + 0.004)
+    assert plan.optimizer_step_s == pytest.approx(0.010 + 0.002)
+
+
 def test_a_pinned_loaders_batches_copy_at_the_pinned_rate_and_a_pageable_ones_at_the_other():
     host = replace(HOST, pinned_input_bytes_per_s=25e9)
     pinned = LoaderFacts(num_workers=4, batch_bytes=100_000_000, pin_memory=True)

@@ -186,3 +186,20 @@ def test_gradient_checkpointing_is_traced_with_the_forward_run_again_in_the_back
              for name, p in (("plain", plain), ("checkpointed", checkpointed))}
     assert gemms["checkpointed"] > gemms["plain"]  # the blocks' linears run again before their backward
     assert checkpointed.step.step_s > plain.step.step_s
+
+
+def test_a_cpu_run_is_planned_with_the_trainers_own_loop_work(tmp_path):
+    import hf_trainer
+    from ptp_callback.host_costs import HF_TRAINER_LOOP
+    from ptp_callback.probe import probed_small_op_s
+
+    _trainer, callback = hf_trainer.main(str(tmp_path / "out"), samples=64, epochs=1, advise=False,
+                                         eval_strategy="no", save_strategy="no")
+    prediction = callback.tracker.prediction
+    small_op_s = probed_small_op_s(prediction.coefficients)
+    # its micro-batches, its optimizer steps (scheduler, callbacks) and its evaluation batches
+    assert (prediction.host.loop_s, prediction.host.step_loop_s, prediction.host.val_loop_s) == pytest.approx(
+        (HF_TRAINER_LOOP.batch_ops * small_op_s, HF_TRAINER_LOOP.step_ops * small_op_s,
+         HF_TRAINER_LOOP.val_batch_ops * small_op_s))
+    optimizer_s = prediction.step.breakdown["phase"]["optimizer"]
+    assert prediction.plan.optimizer_step_s == pytest.approx(optimizer_s + prediction.host.step_loop_s)
