@@ -244,6 +244,33 @@ def test_a_cpu_prices_max_pooling_by_its_probed_time_per_element():
     assert predicted(nn.MaxPool2d(2)) - predicted(EveryOther()) > 0.8 * 16 * 32 * 64 * 64 * per_element
 
 
+def test_a_cpu_step_that_outgrows_the_caches_moves_its_small_tensors_at_the_last_level_caches_rate():
+    from ptp_callback.predict import simulate
+    from ptp_callback.probe import ProbeResult, cpu_coefficients, cpu_spec
+    from ptp_callback.tracer import trace_step
+
+    # a probe whose 1 MB copy ran 4x its 64 MB one (the in-cache rate against the last-level cache's)
+    result = ProbeResult("cpu", torch.__version__, 2, {"fp32": {256: 0.1}}, 25.0, 1e-6, 2e-6, 0.0,
+                         cache_copy_gbps=100.0, stream_copy_gbps=10.0)
+    spec, coef = cpu_spec(result), cpu_coefficients(result)
+
+    def relu_seconds(batch_rows: int) -> tuple[float, float]:
+        """(the ReLU's priced time in the step, its bytes at the in-cache rate, the step's peak memory)"""
+        model = nn.Sequential(nn.Linear(256, 32), nn.ReLU(), nn.Linear(32, 10))
+        trace = trace_step(model, (torch.randn(batch_rows, 256), torch.randint(0, 10, (batch_rows,))), ce_step,
+                           None, "32-true", target_type="cpu")
+        step = simulate(trace, spec, coef)
+        i, relu = next((i, op) for i, op in enumerate(trace.ops) if op.name == "aten.relu.default")
+        assert relu.cost.bytes < coef.extra["cache_bytes"]  # a small tensor either way
+        peak = trace.param_bytes + trace.optimizer_state_bytes + trace.peak_new_bytes
+        return step.kernel_s[i], relu.cost.bytes / (100e9 * coef.mem_eff["elementwise"]), peak
+
+    small_step, in_cache, peak = relu_seconds(8)
+    assert small_step == pytest.approx(in_cache) and peak < 1e6  # the whole step in the caches
+    large_step, in_cache, peak = relu_seconds(12000)
+    assert large_step == pytest.approx(4 * in_cache) and peak > 4e6  # 100 GB/s -> 25 GB/s
+
+
 def test_op_classes_timed_in_isolation_give_class_corrections():
     from ptp_callback.calibrate import measure_op_classes
     from ptp_callback.step import resolve_device
