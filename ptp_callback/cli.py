@@ -186,6 +186,8 @@ def _probe(args: argparse.Namespace) -> int:
 
     result = probe_device(probe_target(args.device), refresh=True)
     beyond = f" ({result.stream_copy_gbps:.1f} beyond its caches)" if result.stream_copy_gbps else ""
+    if result.llc_copy_gbps:
+        beyond += f", {result.llc_copy_gbps:.1f} GB/s through its last-level cache"
     print(f"{result.device_name}: copy {result.copy_gbps:.1f} GB/s{beyond}, "
           f"{result.small_op_s * 1e6:.1f} us per small op, {result.autograd_op_s * 1e6:.1f} us per autograd op")
     for dtype, rates in result.gemm_tflops.items():

@@ -47,7 +47,8 @@ class ProbeResult:
     :data:`HALF_ELEMENT_OPS` in bf16 and fp16), and ``fault_s_per_byte``
     what writing a freshly allocated large tensor costs per byte beyond writing one it holds (the
     operating system maps and zeroes its pages: :func:`_fault_seconds_per_byte`), and
-    ``stream_copy_gbps`` the copy rate over more memory than its caches hold (:func:`_stream_copy_gbps`)."""
+    ``stream_copy_gbps`` the copy rate over more memory than its caches hold (:func:`_stream_copy_gbps`),
+    and ``llc_copy_gbps`` a copy's rate through the last-level cache (between two 4 MB tensors)."""
 
     device_name: str
     torch_version: str
@@ -75,6 +76,7 @@ class ProbeResult:
     # ``"mn_major"`` (``g.t() @ x``, a weight gradient's) and ``"row_major_n64"`` (both operands
     # row-major, 64 columns out): :func:`_fallback_layout_tflops`.
     gemm_fallback_tflops: dict[str, dict[str, float]] = field(default_factory=dict)
+    llc_copy_gbps: float = 0.0
 
 
 def _device_name(device: torch.device) -> str:
@@ -102,7 +104,8 @@ def _cache_path(device: torch.device) -> str:
     # v8: a CPU's element rates in bf16 and fp16 (HALF_ELEMENT_OPS), which older caches lack.
     # v9: a CPU's fused attention and convolution times per dtype, which older caches lack.
     # v10: a fallback dtype's GEMM rates by layout and shape, which older caches lack.
-    key = hashlib.sha1(f"{_device_name(device)}|{torch.__version__}|v10".encode()).hexdigest()[:16]
+    # v11: a CPU's copy rate through its last-level cache, which older caches lack.
+    key = hashlib.sha1(f"{_device_name(device)}|{torch.__version__}|v11".encode()).hexdigest()[:16]
     return os.path.join(cache_dir(), f"probe-{device.type}-{key}.json")
 
 
@@ -206,7 +209,7 @@ def _measure(device: torch.device) -> ProbeResult:
     attention_s: dict[str, float] = {}
     conv_s: dict[str, float] = {}
     fallback: dict[str, dict[str, float]] = {}
-    fault_s_per_byte = stream_copy_gbps = 0.0
+    fault_s_per_byte = stream_copy_gbps = llc_copy_gbps = 0.0
     if device.type == "cpu":
         n = _ELEMENTS
         element_s = {name: _timed(fn, device, 3) / n for name, fn in element_ops(n, device).items()}
@@ -215,6 +218,7 @@ def _measure(device: torch.device) -> ProbeResult:
             element_s.update({f"{name}:{key}": _timed(ops[name], device, 3) / n for name in HALF_ELEMENT_OPS})
         fault_s_per_byte = _fault_seconds_per_byte(device)
         stream_copy_gbps = _stream_copy_gbps(device)
+        llc_copy_gbps = _copy_gbps(_LLC_ELEMENTS, device, 10)
         attention_s = _attention_seconds(device)
         # The half dtypes without matrix instructions here: their kernels are fallbacks of their own.
         slow = _fallback_dtypes(gemm)
@@ -222,7 +226,7 @@ def _measure(device: torch.device) -> ProbeResult:
         fallback = {key: _fallback_layout_tflops(_DTYPES[key], device) for key in slow}
     return ProbeResult(_device_name(device), torch.__version__, torch.get_num_threads(), gemm, copy_gbps,
                        small_op_s, autograd_op_s, time.perf_counter() - started, cache_copy_gbps, element_s,
-                       fault_s_per_byte, stream_copy_gbps, transposed, attention_s, conv_s, fallback)
+                       fault_s_per_byte, stream_copy_gbps, transposed, attention_s, conv_s, fallback, llc_copy_gbps)
 
 
 def host_op_seconds(device: torch.device) -> tuple[float, float]:
@@ -445,6 +449,11 @@ SLOWEST_NOW = 0.5
 _SPOT_SIZE = 256
 _SPOT_READINGS = 3
 _COPY_ELEMENTS = 8 * 2**20  # a CPU's copy rate: between two 32 MB tensors
+# Through its last-level cache: two 4 MB tensors, more than a core's L2 holds (2 MB on a Sapphire
+# Rapids Xeon, 0.5 MB on an EPYC), less than any L3 (32 MB on a 2-thread EPYC VM, whose 32 MB copy
+# ran from memory at 19 GB/s); a 2-thread Xeon VM (2026-11-29): 2 MB tensors 112-128 GB/s, 4-16 MB
+# ones 57-59 GB/s, 32 MB ones 53-55 GB/s.
+_LLC_ELEMENTS = 2**20
 # A spot check of a few milliseconds is a noisy reading of a machine's speed: on a 2-core VM fresh
 # processes a minute apart read 0.53 to 1.0 of the cached rate (median 0.9), while the steps they
 # then ran took the same time. A machine busy for hours stays busy from one process to the next:
@@ -582,6 +591,7 @@ def at_speed(result: ProbeResult, speed: float) -> ProbeResult:
                    small_op_s=result.small_op_s / speed, autograd_op_s=result.autograd_op_s / speed,
                    element_s={name: s / speed for name, s in result.element_s.items()},
                    fault_s_per_byte=result.fault_s_per_byte / speed, stream_copy_gbps=result.stream_copy_gbps * speed,
+                   llc_copy_gbps=result.llc_copy_gbps * speed,
                    attention_s={name: s / speed for name, s in result.attention_s.items()},
                    conv_s={name: s / speed for name, s in result.conv_s.items()},
                    gemm_fallback_tflops={k: {layout: rate * speed for layout, rate in rates.items()}
@@ -599,6 +609,7 @@ def _best_of(old: ProbeResult, new: ProbeResult) -> ProbeResult:
                    element_s={name: min(s, old.element_s.get(name, s)) for name, s in new.element_s.items()},
                    fault_s_per_byte=min(old.fault_s_per_byte, new.fault_s_per_byte) if old.fault_s_per_byte
                    else new.fault_s_per_byte, stream_copy_gbps=max(old.stream_copy_gbps, new.stream_copy_gbps),
+                   llc_copy_gbps=max(old.llc_copy_gbps, new.llc_copy_gbps),
                    gemm_transposed_tflops={key: max(rate, old.gemm_transposed_tflops.get(key, 0.0))
                                            for key, rate in new.gemm_transposed_tflops.items()},
                    attention_s={name: min(s, old.attention_s.get(name, s)) for name, s in new.attention_s.items()},
@@ -720,7 +731,8 @@ def cpu_coefficients(result: ProbeResult) -> CostCoefficients:
                "gemm_fallback": fallback_layouts(result),
                "attention_dtype_slowdown": dtype_slowdowns(result.attention_s),
                "conv_dtype_slowdown": dtype_slowdowns(result.conv_s),
-               "cache_bw_gbs": max(result.cache_copy_gbps, result.copy_gbps), "reuse_bw_gbs": result.copy_gbps,
+               "cache_bw_gbs": max(result.cache_copy_gbps, result.copy_gbps),
+               "reuse_bw_gbs": result.llc_copy_gbps or result.copy_gbps,
                "element_s": {**{alias + half: result.element_s[name + half] for alias, name in ELEMENT_ALIASES.items()
                                 for half in ("", ":bf16", ":fp16") if name + half in result.element_s},
                              **result.element_s}},

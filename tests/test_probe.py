@@ -334,3 +334,14 @@ def test_only_a_dtype_without_matrix_instructions_gets_a_faster_transposed_layou
         10.0, 1e-6, 2e-6, 0.0, gemm_transposed_tflops={"fp32": 0.25, "bf16": 1.0, "fp16": 0.018})
     assert set(probe.transposed_speedup(result)) == {"fp16"}
     assert set(probe.cpu_coefficients(result).extra["gemm_transposed_speedup"]) == {"fp16"}  # gemm_seconds uses it
+
+
+def test_a_cpu_reads_tensors_it_reuses_at_its_last_level_caches_copy_rate():
+    # A 2-thread EPYC VM's 32 MB copy ran from memory (its L3 holds 32 MB): the optimizer's
+    # parameters and a large step's small tensors come from the L3, at the 4 MB copy's rate.
+    result = probe.ProbeResult("cpu", torch.__version__, 2, {"fp32": {256: 0.1}}, 19.0, 1e-6, 2e-6, 0.0,
+                               cache_copy_gbps=120.0, llc_copy_gbps=45.0)
+    assert probe.cpu_coefficients(result).extra["reuse_bw_gbs"] == 45.0
+    # a probe taken before it was measured: the 32 MB copy's
+    assert probe.cpu_coefficients(replace(result, llc_copy_gbps=0.0)).extra["reuse_bw_gbs"] == 19.0
+    assert probe.at_speed(result, 0.5).llc_copy_gbps == 22.5
