@@ -110,7 +110,8 @@ def in_step_caches(trace: Trace, coef: CostCoefficients) -> CostCoefficients:
     reads tensors written as long ago. They move at the rate of a copy through the last-level cache
     (``reuse_bw_gbs``). A 2-layer GPT-2 of width 64 on a 2-thread Xeon (2026-11-29): its step's
     products of two 128K-element tensors took 14-19 us each, 8-10 us when run alone on the same
-    tensors, and the step 10-11 ms against 6.2 ms priced with the in-cache rate (7.4 ms now).
+    tensors, and the step 10-11 ms against 6.2 ms priced with the in-cache rate, 7.2 ms with
+    the last-level cache's.
     Coefficients without those keys (a GPU's) are returned as they are."""
     extra = coef.extra
     if "cache_bw_gbs" not in extra or "reuse_bw_gbs" not in extra:
