@@ -627,7 +627,8 @@ def cpu_spec(result: ProbeResult) -> DeviceSpec:
     """A DeviceSpec for the probed CPU: measured GEMM rates stand in for peaks."""
     peaks = {k: _best_rate(result, k) for k in _DTYPES if _best_rate(result, k) > 0}
     # A step's tensors of 4 MB and more stream from memory (see _stream_copy_gbps); smaller ones
-    # run at the in-cache rate (cpu_coefficients).
+    # run at the in-cache rate (cpu_coefficients), or at the last-level cache's in a step whose
+    # memory outgrows the caches (predict.in_step_caches).
     return DeviceSpec(
         key="cpu", name=result.device_name, arch="cpu", sm_count=max(1, result.threads), memory_gb=1.0,
         memory_bw_gbs=result.stream_copy_gbps or result.copy_gbps, l2_mb=1.0, peak_tflops=peaks,
