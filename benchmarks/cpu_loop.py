@@ -1,26 +1,29 @@
-"""A framework loop's own work on this CPU (Lightning, the Hugging Face ``Trainer``), against the
-plan's estimate of it.
+"""A framework loop's own work on this CPU (Lightning, the Hugging Face ``Trainer``, an Accelerate
+loop), against the plan's estimate of it.
 
-usage: python benchmarks/cpu_loop.py [--batches 2000] [--rounds 2] [--only lightning,hf]
+usage: python benchmarks/cpu_loop.py [--batches 2000] [--rounds 2] [--only lightning,hf,accelerate]
 
 Each framework runs in a process of its own (see ``lightning_parts``).
 
 A one-layer model (``nn.Linear(8, 2)``, batch 4, AdamW), whose step is a small fraction of a
-millisecond, trains on the CPU in a real ``Trainer.fit`` / ``Trainer.train``; the bars write to a
-discarded stream. Printed, in milliseconds, medians over ``--rounds``:
+millisecond, trains on the CPU in a real ``Trainer.fit`` / ``Trainer.train`` / Accelerate loop; the
+bars write to a discarded stream. Printed, in milliseconds, medians over ``--rounds``:
 
 * Lightning in four settings with one batch a step: neither progress bar nor logging, one
   ``self.log("loss", loss, prog_bar=True)`` a step, the TQDM bar alone, and both: the median
   interval between training batch ends, the traced step's prediction, what the interval spends
   beyond it, and what the plan adds to a batch (its loop work per batch and per optimizer step).
-* Per framework (Lightning with bar and logging, the ``Trainer`` with its defaults: a tqdm bar, a
-  log every 500 steps, clipping at 1.0, a linear schedule), the loop's work per batch and per
-  optimizer step: the fit runs with gradient accumulation over 1, 2, 4 and 8 batches, a line
-  through each cycle's median time against its number of batches gives the time per batch and
-  per step, less the traced forward and backward and the traced optimizer step; and per
-  validation (evaluation) batch, its median interval less the traced validation step. Beside
-  each, in the probe's small ops (this machine's cached probe), and the plan's estimate
-  (``host_costs.cpu_host`` with ``LIGHTNING_LOOP`` / ``HF_TRAINER_LOOP``).
+* Per framework (Lightning with bar and logging; the ``Trainer`` with its defaults: a tqdm bar, a
+  log every 500 steps, clipping at 1.0, a linear schedule; a loop as
+  ``examples/accelerate_loop.py`` runs it, with ``ptp.track``'s bar), the loop's work per batch
+  and per optimizer step: the fit runs with gradient accumulation over 1, 2, 4 and 8 batches, a
+  line through each cycle's median time against its number of batches gives the time per batch
+  and per step, less what the plan gives them without the loop's work (the traced forward and
+  backward with the loader's own fetch, and the traced optimizer step); and per validation
+  (evaluation) batch, its median interval less the plan's validation batch without the loop
+  (Lightning, the ``Trainer``: an Accelerate loop's evaluation is the user's own). Beside each, in
+  the probe's small ops (this machine's cached probe), and the plan's estimate
+  (``host_costs.cpu_host`` with ``LIGHTNING_LOOP`` / ``HF_TRAINER_LOOP`` / ``ACCELERATE_LOOP``).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import argparse
 import contextlib
 import io
 import logging
+import math
 import os
 import statistics
 import subprocess
@@ -113,10 +117,12 @@ class Fit:
 
     def __init__(self, cycle_s: float, val_batch_s: float | None, prediction: RunPrediction) -> None:
         self.cycle_s, self.val_batch_s, self.prediction = cycle_s, val_batch_s, prediction
-        phases = prediction.step.breakdown["phase"]
-        self.optimizer_s = phases.get("optimizer", 0.0)
-        self.batch_s = prediction.step.step_s - self.optimizer_s
-        self.val_step_s = prediction.val_step.step_s if prediction.val_step is not None else 0.0
+        # The plan's units without the loop's work: a batch's compute and its wait for the loader
+        # (which the plan prices apart), an optimizer step, a validation batch.
+        plan, host = prediction.plan, prediction.host
+        self.batch_s = plan.train_batch_s - host.loop_s
+        self.optimizer_s = plan.optimizer_step_s - host.step_loop_s
+        self.val_step_s = plan.val_batch_s - host.val_loop_s
         self.small_op_s = probed_small_op_s(prediction.coefficients)
 
 
@@ -188,6 +194,39 @@ def hf_fit(batches: int, accumulate: int = 1, val_batches: int = 0) -> Fit:
     return Fit(median_interval(ends.ends, 1, skip=20 // accumulate + 1), val, ptp.tracker.prediction)
 
 
+def accelerate_fit(batches: int, accumulate: int = 1, val_batches: int = 0) -> Fit:
+    """A loop as ``examples/accelerate_loop.py`` runs it, with ``ptp.track``'s bar; its evaluation
+    is the user's own loop (not timed: ``val_batch_s`` is ``None``)."""
+    from accelerate import Accelerator
+
+    import ptp_callback as ptp
+
+    accelerator = Accelerator(gradient_accumulation_steps=accumulate)
+    model, optimizer = nn.Linear(8, 2), None
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    data = TensorDataset(torch.randn(batches * 4, 8), torch.randint(0, 2, (batches * 4,)))
+    model, optimizer, train = accelerator.prepare(model, optimizer, DataLoader(data, batch_size=4))
+
+    def step_fn(module, batch):
+        x, y = batch
+        return F.cross_entropy(module(x), y)
+
+    ends: list[float] = []
+    with quiet():
+        tracker = ptp.track(model, ptp.ClippedGradients(optimizer, 1.0), train, step_fn, epochs=1,
+                            accelerator=accelerator, advise=False)
+        for batch in tracker.iterate(train):
+            with accelerator.accumulate(model):
+                accelerator.backward(step_fn(model, batch))
+                if accelerator.sync_gradients:
+                    accelerator.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+                optimizer.zero_grad()
+            ends.append(time.perf_counter())
+        tracker.close()
+    return Fit(median_interval(ends, accumulate), None, tracker.prediction)
+
+
 def loop_work(fit: Callable[..., Fit], batches: int, rounds: int) -> tuple[float, float, float, float, Fit]:
     """The loop's work per batch, per optimizer step and per validation batch (seconds, medians of
     ``rounds``), this machine's small op, and one of the fits."""
@@ -199,16 +238,18 @@ def loop_work(fit: Callable[..., Fit], batches: int, rounds: int) -> tuple[float
         one = fits[1]
         per_batch.append(batch_s - one.batch_s)
         per_step.append(step_s - one.optimizer_s)
-        per_val.append(one.val_batch_s - one.val_step_s)
-    return (statistics.median(per_batch), statistics.median(per_step), statistics.median(per_val),
-            one.small_op_s, one)
+        if one.val_batch_s is not None:
+            per_val.append(one.val_batch_s - one.val_step_s)
+    return (statistics.median(per_batch), statistics.median(per_step),
+            statistics.median(per_val) if per_val else math.nan, one.small_op_s, one)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--only", default="lightning,hf", help="frameworks, comma-separated: lightning, hf")
+    parser.add_argument("--only", default="lightning,hf,accelerate",
+                        help="frameworks, comma-separated: lightning, hf, accelerate")
     args = parser.parse_args()
     only = args.only.split(",")
     if len(only) > 1:  # each framework in a process of its own (see lightning_parts)
@@ -233,10 +274,14 @@ def main() -> None:
             print(f"{name:12s} {1e3 * interval:9.3f} {1e3 * step:7.3f} {1e3 * (interval - step):7.3f} "
                   f"{1e3 * planned:13.3f}")
         name, fit = "Lightning (bar + log)", lambda n, **kw: lightning_fit(n, True, True, **kw)
-    else:
+    elif only == ["hf"]:
         import transformers
 
         name, fit = f"HF Trainer {transformers.__version__} (defaults)", hf_fit
+    else:
+        import accelerate
+
+        name, fit = f"Accelerate {accelerate.__version__} (ptp.track's bar)", accelerate_fit
     batch, step, val, small, one = loop_work(fit, args.batches, args.rounds)
     host = one.prediction.host
     print(f"{name}: small op {1e6 * small:.2f} us; loop work measured / planned ms (measured in small ops): "

@@ -120,18 +120,22 @@ class LoopWork:
     val_batch_ops: float
 
 
-# Measured by ``benchmarks/cpu_loop.py`` on a 2-core Xeon VM (2026-11-29, small op 1.85-1.94 us, five
-# runs): a one-layer model trained with gradient accumulation over 1, 2, 4 and 8 batches, a line
-# through each cycle's time against its batches, less the traced step. A loop of Python hooks runs
+# Measured by ``benchmarks/cpu_loop.py`` on a 2-core Xeon VM (2026-11-29, small op 1.85-1.98 us, two
+# to six runs): a one-layer model trained with gradient accumulation over 1, 2, 4 and 8 batches, a line
+# through each cycle's time against its batches, less the plan without it. A loop of Python hooks runs
 # at neither a CPU op's nor a CUDA launch's speed: the H100 host's loop work scaled by the ratio of
 # small-op times came out half of Lightning's.
 #: Lightning with its progress bar and one metric logged a step (``self.log(..., prog_bar=True)``):
-#: 394-412 small ops a batch, 221-251 an optimizer step, 200-215 a validation batch that logs one.
+#: 394-416 small ops a batch, 221-266 an optimizer step, 200-215 a validation batch that logs one.
 LIGHTNING_LOOP = LoopWork(batch_ops=400, step_ops=240, val_batch_ops=205)
 #: The Hugging Face ``Trainer`` with its defaults (tqdm bar, a log every 500 steps, clipping at
-#: 1.0, a linear schedule): 41-74 small ops a micro-batch, 220-239 an optimizer step, 34-41 an
+#: 1.0, a linear schedule): 41-74 small ops a micro-batch, 220-239 an optimizer step, 21-41 an
 #: evaluation batch.
-HF_TRAINER_LOOP = LoopWork(batch_ops=55, step_ops=230, val_batch_ops=40)
+HF_TRAINER_LOOP = LoopWork(batch_ops=55, step_ops=230, val_batch_ops=30)
+#: A loop that ``track`` follows with an Accelerate ``accelerator`` (its prepared loader,
+#: ``accumulate``, ``backward``, ``clip_grad_norm_``, the optimizer's wrapper, the tracker's bar):
+#: 85-103 small ops a micro-batch, 154-196 an optimizer step. Its evaluation is the user's own loop.
+ACCELERATE_LOOP = LoopWork(batch_ops=95, step_ops=175, val_batch_ops=0)
 
 
 def cpu_host(small_op_s: float, loop: LoopWork = LIGHTNING_LOOP) -> HostCosts:

@@ -35,6 +35,7 @@ import torch
 
 from .cadence import Every
 from .devices import DeviceSpec
+from .host_costs import ACCELERATE_LOOP
 from .precision import PrecisionSpec
 from .run_plan import LoaderFacts
 from .run_prediction import CheckpointFacts
@@ -156,7 +157,8 @@ def _predict(tracker: RunTracker, settings: _LoopSettings, model: torch.nn.Modul
                          val_batch=val_batch, context=context)
     checkpoint = CheckpointFacts(directory=checkpoint_dir or os.getcwd()) if tracker.forecaster.saves else None
     tracker.predict(inputs, train_loader=loader_facts(train_loader, batch, load_s), val_loader=val_facts,
-                    checkpoint=checkpoint, world_size=settings.world_size)
+                    checkpoint=checkpoint, world_size=settings.world_size,
+                    loop=ACCELERATE_LOOP if accelerator is not None else None)
 
 
 @dataclass(frozen=True)

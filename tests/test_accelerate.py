@@ -49,6 +49,21 @@ def test_fp32_with_accumulation_counts_micro_batches_and_steps(capfd):
     assert any(op.name == "aten._foreach_norm.Scalar" for op in tracker.prediction.trace.ops)
 
 
+def test_a_cpu_run_is_planned_with_the_accelerate_loops_own_work():
+    import accelerate_loop
+
+    from ptp_callback.host_costs import ACCELERATE_LOOP
+    from ptp_callback.probe import probed_small_op_s
+
+    tracker = accelerate_loop.main("no", accumulate=2, epochs=1, samples=256, advise=False, bar=False)
+    prediction = tracker.prediction
+    small_op_s = probed_small_op_s(prediction.coefficients)
+    # its micro-batches (prepared loader, accumulate, backward) and its optimizer steps; not its own evaluation
+    assert (prediction.host.loop_s, prediction.host.step_loop_s, prediction.host.val_loop_s) == pytest.approx(
+        (ACCELERATE_LOOP.batch_ops * small_op_s, ACCELERATE_LOOP.step_ops * small_op_s, 0.0))
+    assert prediction.host.loop_s > 0
+
+
 def test_bf16_is_read_from_the_accelerator_and_traced_without_its_autocast_wrapper():
     import accelerate_loop
 
