@@ -129,7 +129,7 @@ class LoopWork:
 #: 394-416 small ops a batch, 221-266 an optimizer step, 200-215 a validation batch that logs one.
 LIGHTNING_LOOP = LoopWork(batch_ops=400, step_ops=240, val_batch_ops=205)
 #: The Hugging Face ``Trainer`` with its defaults (tqdm bar, a log every 500 steps, clipping at
-#: 1.0, a linear schedule): 41-74 small ops a micro-batch, 220-239 an optimizer step, 21-41 an
+#: 1.0, a linear schedule): 41-74 small ops a micro-batch, 220-269 an optimizer step, 21-41 an
 #: evaluation batch.
 HF_TRAINER_LOOP = LoopWork(batch_ops=55, step_ops=230, val_batch_ops=30)
 #: A loop that ``track`` follows with an Accelerate ``accelerator`` (its prepared loader,
