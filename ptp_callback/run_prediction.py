@@ -20,7 +20,8 @@ import torch
 from .allocator import settle_cpu_allocator
 from .coefficients import CostCoefficients
 from .devices import DeviceSpec
-from .host_costs import CPU_HOST, H100_HOST, HostCosts, LoopWork, cpu_host, probe_host, spare_cpu_cores, worker_batch_seconds
+from .host_costs import (CPU_HOST, H100_HOST, HostCosts, LoopWork, cpu_host, probe_host, spare_cpu_cores,
+                         worker_batch_seconds)
 from .precision import PrecisionSpec
 from .predict import StepPrediction, simulate
 from .probe import probed_small_op_s

@@ -249,12 +249,12 @@ def test_a_cpu_step_that_outgrows_the_caches_moves_its_small_tensors_at_the_last
     from ptp_callback.probe import ProbeResult, cpu_coefficients, cpu_spec
     from ptp_callback.tracer import trace_step
 
-    # a probe whose 1 MB copy ran 4x its 64 MB one (the in-cache rate against the last-level cache's)
+    # a probe whose 1 MB copy ran 4x its 32 MB one (the in-cache rate against the last-level cache's)
     result = ProbeResult("cpu", torch.__version__, 2, {"fp32": {256: 0.1}}, 25.0, 1e-6, 2e-6, 0.0,
                          cache_copy_gbps=100.0, stream_copy_gbps=10.0)
     spec, coef = cpu_spec(result), cpu_coefficients(result)
 
-    def relu_seconds(batch_rows: int) -> tuple[float, float]:
+    def relu_seconds(batch_rows: int) -> tuple[float, float, float]:
         """(the ReLU's priced time in the step, its bytes at the in-cache rate, the step's peak memory)"""
         model = nn.Sequential(nn.Linear(256, 32), nn.ReLU(), nn.Linear(32, 10))
         trace = trace_step(model, (torch.randn(batch_rows, 256), torch.randint(0, 10, (batch_rows,))), ce_step,
