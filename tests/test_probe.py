@@ -121,6 +121,8 @@ def test_a_cpu_probe_times_each_element_op_in_each_dtype(tmp_path, monkeypatch):
     extra = probe.cpu_coefficients(result).extra["element_s"]
     assert extra["rand"] == result.element_s["uniform_"] and extra["tanh_"] == result.element_s["tanh"]
     assert extra["tanh_:bf16"] == result.element_s["tanh:bf16"]
+    # SDPA's unfused softmax is timed as itself: it also reduces each row to find the masked ones
+    assert "_safe_softmax" in result.element_s and extra["_safe_softmax"] == result.element_s["_safe_softmax"]
 
 
 def test_a_cpu_prices_half_precision_elements_at_their_own_rate():
