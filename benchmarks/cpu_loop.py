@@ -202,7 +202,7 @@ def accelerate_fit(batches: int, accumulate: int = 1, val_batches: int = 0) -> F
     import ptp_callback as ptp
 
     accelerator = Accelerator(gradient_accumulation_steps=accumulate)
-    model, optimizer = nn.Linear(8, 2), None
+    model = nn.Linear(8, 2)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     data = TensorDataset(torch.randn(batches * 4, 8), torch.randint(0, 2, (batches * 4,)))
     model, optimizer, train = accelerator.prepare(model, optimizer, DataLoader(data, batch_size=4))
