@@ -162,8 +162,10 @@ def _all_floating(layouts: Any) -> bool:
 
 def _valueless_device(tensors: list[torch.Tensor]) -> torch.device | None:
     """The one device of fake tensors without values, or ``None`` where the fake mode must handle
-    them: a real or value-carrying tensor, or tensors on several devices."""
-    if not tensors or not all(isinstance(t, FakeTensor) and t.constant is None for t in tensors):
+    them: a real or value-carrying tensor, a sparse one (an ``nn.Embedding(sparse=True)``'s
+    gradient: its meta twin here would be dense), or tensors on several devices."""
+    if not tensors or not all(isinstance(t, FakeTensor) and t.constant is None and t.layout == torch.strided
+                              for t in tensors):
         return None
     device = tensors[0].fake_device
     return device if all(t.fake_device == device for t in tensors) else None

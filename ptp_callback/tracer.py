@@ -613,13 +613,17 @@ def _fake_batch(batch: Any, spec: PrecisionSpec, device: torch.device, mode: Fak
     Floating-point tensors take the parameter dtype under ``*-true`` precisions, as Lightning's
     precision plugins convert inputs. In a :class:`ValuedFakeTensorMode` (the CPU proxy) integer
     and boolean tensors, and small floating-point ones, keep their values (``known_values.py``).
+    A tensor that requires grad keeps requiring it: a step may differentiate with respect to its
+    input (a physics-informed loss), and a reentrant ``torch.utils.checkpoint`` block runs its
+    backward only when an input requires grad.
     """
     def fake(t: Any) -> Any:
         if not isinstance(t, torch.Tensor):
             return t
         dtype = _float_dtype_for(t, spec)
         valued = valued_fake(mode, t, dtype) if isinstance(mode, ValuedFakeTensorMode) else None
-        return valued if valued is not None else empty_fake(mode, t, dtype, device)
+        out = valued if valued is not None else empty_fake(mode, t, dtype, device)
+        return out.requires_grad_() if t.requires_grad and out.is_floating_point() else out
 
     return map_batch(fake, batch)
 
@@ -672,6 +676,23 @@ def _copy_optimizer(
                 if "foreach=True (CUDA default)" not in notes:
                     notes.append("optimizer: foreach=True (CUDA default)")
     return cls(groups, **_optimizer_ctor_kwargs(cls, defaults)), notes
+
+
+def _check_no_closure(optimizer: torch.optim.Optimizer) -> None:
+    """An optimizer whose ``step`` must be given a closure (``torch.optim.LBFGS``) evaluates the model
+    again as often as its line search decides from the loss values: one traced step cannot say
+    how often."""
+    import inspect
+
+    try:
+        closure = inspect.signature(optimizer.step).parameters.get("closure")
+    except (TypeError, ValueError):
+        return
+    if closure is not None and closure.default is inspect.Parameter.empty:
+        raise TraceError(
+            f"{type(optimizer).__name__}.step() needs a closure that runs the model again, as many times as "
+            "the optimizer decides from the loss values: one traced step cannot predict that"
+        )
 
 
 def _loss_of(output: Any) -> torch.Tensor:
@@ -838,6 +859,7 @@ def _trace(
         if train:
             for one in optimizer.optimizers if manual else (optimizer,):
                 copy, notes = _copy_optimizer(one, model, fakes_by_id, target_type == "cuda")
+                _check_no_closure(copy)
                 copies.append(copy)
                 mappings.extend(note for note in notes if note not in mappings)
         scaler = None
@@ -857,7 +879,7 @@ def _trace(
         stack.enter_context(recorder)
         try:
             step = ManualStep(recorder, copies, scaler, clip, foreach=True if target_type == "cuda" else None)
-            with recorder.in_phase("forward"), _autocast(spec, device, proxy_for_cuda, mappings):
+            with recorder.in_phase("forward"), _autocast(spec, device, proxy_for_cuda, mappings), _default_dtype(spec):
                 if manual and train:  # the step runs its own backward and optimizer steps
                     step_fn(model, fake_batch, step)  # type: ignore[call-arg]
                 else:
@@ -870,7 +892,7 @@ def _trace(
             where = recorder.failed_op or "Python code outside any aten op"
             raise TraceError(
                 f"could not trace the {'training' if train else 'validation'} step: {type(exc).__name__} at {where}: "
-                f"{exc}{_why(exc)}"
+                f"{exc}{_why(exc, proxy_for_cuda)}"
             ) from exc
 
     hazards = tuple(dict.fromkeys(h for h in (eps_underflow(c) for c in copies) if h))
@@ -892,9 +914,13 @@ def _trace(
     )
 
 
-def _why(exc: Exception) -> str:
+def _why(exc: Exception, proxy_for_cuda: bool = False) -> str:
     """What a failure the user cannot act on from its name alone means."""
     from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
+
+    if proxy_for_cuda and "cpu" in str(exc).lower() and not failed_over_packed_sequences(exc):
+        return (" -- the step is traced on this machine's CPU in place of the GPU, and this op does not run "
+                "there: on a machine with a CUDA GPU the trace runs on the GPU")
 
     if failed_over_packed_sequences(exc):
         return (" -- packed sequences (pack_padded_sequence) are traced for a GPU target only: a CPU runs a "
@@ -934,6 +960,22 @@ def _autocast(spec: PrecisionSpec, device: torch.device, proxy_for_cuda: bool, m
         mappings.append("autocast: CUDA cast policy replayed on CPU")
     with torch.autocast(device.type, dtype=spec.autocast_dtype):
         yield
+
+
+@contextlib.contextmanager
+def _default_dtype(spec: PrecisionSpec) -> Iterator[None]:
+    """The parameters' dtype as torch's default dtype under a ``*-true`` precision other than fp32,
+    as Lightning's precision plugins set it around the training step: a tensor the forward makes
+    without a dtype (``torch.rand(x.shape)``) is made in that dtype, and meets the weights in it."""
+    if spec.autocast_dtype is not None or spec.param_dtype == torch.float32:
+        yield
+        return
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(spec.param_dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
 
 
 class OpContext:

@@ -65,6 +65,26 @@ def test_bf16_true_has_bf16_parameters_and_no_casts():
     assert not [op for op in trace.ops if op.cost.op_class == "cast" and op.phase == "forward"]
 
 
+class _NoisyInput(nn.Module):
+    """Adds noise it makes in its forward without a dtype: the default dtype's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(32, 10)
+
+    def forward(self, x):
+        return self.linear(torch.cat([x, torch.rand(x.shape)], dim=1))
+
+
+@pytest.mark.parametrize("precision, dtype", [("bf16-true", "bf16"), ("64-true", "fp64")])
+def test_a_true_precision_makes_the_forwards_new_tensors_in_its_dtype_as_lightning_does(precision, dtype):
+    batch = (torch.randn(8, 16), torch.randint(0, 10, (8,)))
+    trace = trace_step(_NoisyInput(), batch, ce_step, None, precision, target_type="cpu")
+    assert [(op.name, op.cost.dtype) for op in trace.ops if op.phase == "forward"][:3] == [
+        ("aten.rand.default", dtype), ("aten.cat.default", dtype), ("aten.addmm.default", dtype)]
+    assert torch.get_default_dtype() == torch.float32  # and the default is as it was after the trace
+
+
 def test_16_mixed_traces_grad_scaler():
     trace = trace_step(mlp(), mlp_batch(), ce_step, None, "16-mixed", target_type="cpu")
     optimizer_ops = names(trace, "optimizer")
@@ -234,6 +254,42 @@ class Records(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.records.append(record)
+
+
+def test_a_sparse_embedding_gradient_stays_sparse_for_an_optimizer_that_needs_it():
+    class Bag(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embedding = nn.Embedding(5000, 16, sparse=True)
+
+        def forward(self, ids):
+            return self.embedding(ids).mean(1)
+
+    batch = (torch.randint(0, 5000, (8, 4)), torch.randint(0, 10, (8,)))
+    trace = trace_step(Bag(), batch, ce_step, lambda params: torch.optim.SparseAdam(params), "32-true")
+    assert any(op.name.startswith("aten._sparse_coo_tensor") and op.phase == "backward" for op in trace.ops)
+
+
+def test_an_op_without_a_cpu_backward_says_the_cpu_stood_in_for_the_gpu():
+    flex = pytest.importorskip("torch.nn.attention.flex_attention")
+
+    class Flex(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv = nn.Linear(64, 192)
+
+        def forward(self, x):
+            q, k, v = self.qkv(x).view(2, 32, 3, 4, 16).permute(2, 0, 3, 1, 4)
+            return flex.flex_attention(q, k, v).mean((1, 2))
+
+    with pytest.raises(TraceError, match="traced on this machine's CPU in place of the GPU"):
+        trace_step(Flex(), (torch.randn(2, 32, 64), torch.randint(0, 10, (2,))), ce_step, None, "bf16-mixed",
+                   target_type="cuda", trace_on="cpu")
+
+
+def test_an_optimizer_that_needs_a_closure_is_one_clear_error():
+    with pytest.raises(TraceError, match=r"LBFGS.step\(\) needs a closure"):
+        trace_step(mlp(), mlp_batch(), ce_step, lambda params: torch.optim.LBFGS(params), "32-true")
 
 
 def test_an_op_that_fails_in_the_trace_is_one_error_not_a_logged_traceback():
@@ -552,6 +608,30 @@ def test_a_checkpointed_block_runs_its_forward_again_in_the_backward(mode, recom
     # then the same backward as without checkpointing.
     assert backward[:len(recomputed)] == [(name, half) for name in recomputed]
     assert backward[len(recomputed):] == [(name, dtype) for name, phase, dtype in plain if phase == "backward"]
+
+
+def test_a_batch_that_requires_grad_keeps_requiring_it_in_the_trace():
+    # A physics-informed loss differentiates the output with respect to the input; a reentrant
+    # checkpoint fed straight from the batch runs its backward only when the batch requires grad.
+    pinn = torch.nn.Sequential(torch.nn.Linear(2, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
+
+    def residual(model, batch):
+        x, = batch
+        du, = torch.autograd.grad(model(x).sum(), x, create_graph=True)
+        return (du ** 2).mean()
+
+    trace = trace_step(pinn, (torch.rand(256, 2, requires_grad=True),), residual, None, "32-true")
+    assert sum(op.cost.op_class == "gemm" and op.phase == "backward" for op in trace.ops) >= 4
+
+    block = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64))
+    x = torch.randn(8, 64, requires_grad=True)
+
+    def checkpointed(model, batch):
+        return torch.utils.checkpoint.checkpoint(model, batch, use_reentrant=True).sum()
+
+    backward = [op for op in trace_step(block, x, checkpointed, None, "32-true").ops if op.phase == "backward"]
+    # The block's forward again, then its backward: both linears' weight gradients.
+    assert sum(op.cost.op_class == "gemm" for op in backward) >= 5
 
 
 @pytest.mark.parametrize("precision, kernel", [("32-true", "efficient"), ("bf16-mixed", "flash")])
