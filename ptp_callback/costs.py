@@ -49,7 +49,7 @@ _FLOP_FORMULAS = flop_counter.flop_registry
 # Ops whose kernels are classified by name (overload packet name without "aten.").
 _CLASS_BY_NAME: dict[str, str] = {
     **dict.fromkeys(("mm", "addmm", "bmm", "baddbmm", "_addmm_activation", "addmv", "mv", "dot",
-                     "addr", "addbmm", "_scaled_mm", "vdot", "_grouped_mm"), "gemm"),
+                     "addr", "addbmm", "_scaled_mm", "vdot", "_grouped_mm", "_trilinear", "_euclidean_dist"), "gemm"),
     **dict.fromkeys(("convolution", "_convolution", "convolution_backward", "cudnn_convolution",
                      "cudnn_convolution_transpose", "mkldnn_convolution", "_slow_conv2d_forward",
                      "_slow_conv2d_backward", "convolution_overrideable",
@@ -358,6 +358,47 @@ def _gemm_dims(name: str, args: tuple, out: torch.Tensor) -> tuple[int, int, int
     except (AttributeError, IndexError):
         return None
     return None
+
+
+def _contraction(name: str, args: tuple) -> tuple[float, tuple[int, int, int, int] | None]:
+    """FLOPs and the larger batched GEMM of ops that contract tensors with GEMMs inside one ATen
+    kernel (``torch.utils.flop_counter`` counts neither).
+
+    ``_euclidean_dist(x1, x2)`` (``torch.cdist`` with p=2 on more than 25 rows): one batched GEMM of
+    the rows of each, with two columns more for their squared norms. ``_trilinear(i1, i2, i3,
+    expand1, expand2, expand3, sumdim)`` (``nn.Bilinear`` and its gradients): each input unsqueezed at
+    its ``expand`` dimensions spans one index space; ``i1`` and ``i2`` are contracted first, over the
+    summed dimensions ``i3`` lacks, then their product with ``i3`` over the other summed ones. Each
+    contraction is a GEMM of the dimensions only its left operand has by those only its right one
+    has, over the summed ones, batched over the others both have."""
+    try:
+        if name == "_euclidean_dist":
+            x1, x2 = args[0], args[1]
+            batch = math.prod(x1.shape[:-2])
+            rows, cols, k = x1.shape[-2], x2.shape[-2], x1.shape[-1] + 2
+            return 2.0 * batch * rows * cols * k, (batch, rows, cols, k)
+        tensors, expands, sumdim = args[:3], args[3:6], set(args[6])
+        shapes = []
+        for t, expand in zip(tensors, expands):
+            shape = list(t.shape)
+            for d in sorted(expand):
+                shape.insert(d, 1)
+            shapes.append(shape)
+        size = [max(sides) for sides in zip(*shapes)]
+        has = [{d for d in range(len(size)) if d not in set(expand)} for expand in expands]
+        first_sum = (has[0] & has[1] & sumdim) - has[2]
+        left = (has[0] | has[1]) - first_sum
+
+        def gemm(a: set[int], b: set[int], summed: set[int]) -> tuple[int, int, int, int]:
+            def extent(dims: set[int]) -> int:
+                return math.prod(size[d] for d in dims)
+            return extent((a & b) - summed), extent(a - b), extent(b - a), extent(summed)
+
+        gemms = [gemm(has[0], has[1], first_sum), gemm(left, has[2], (left & has[2] & sumdim))]
+        work = [math.prod(g) for g in gemms]
+        return 2.0 * sum(work), gemms[work.index(max(work))]
+    except (AttributeError, IndexError, TypeError, ValueError):
+        return 0.0, None
 
 
 # The kernel family of a GEMM whose operands are both row-major (neither transposed): a linear
@@ -865,6 +906,8 @@ def describe_op(
         if grouped_gemm.is_grouped_mm(func):
             flops, gemm = grouped_gemm.groups_and_dims(args, kwargs)
             kernel_family = grouped_gemm.KERNEL
+        elif name in ("_trilinear", "_euclidean_dist"):
+            flops, gemm = _contraction(name, args)
         else:
             formula = _FLOP_FORMULAS.get(func.overloadpacket)
             flops = float(formula(*args, **kwargs, out_val=out)) if formula else 0.0

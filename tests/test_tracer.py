@@ -470,6 +470,25 @@ def test_ops_that_models_we_met_use_are_known(make):
     assert trace.unknown_ops == {}
 
 
+def test_bilinear_layers_and_pairwise_distances_are_priced_as_the_gemms_they_run():
+    def contractions(model, batch, step):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no op without a rule
+            trace = trace_step(model, batch, step, None, "32-true", target_type="cuda")
+        return [(op.phase, op.cost.op_class, op.cost.flops, op.cost.gemm) for op in trace.ops
+                if op.name.split(".")[1] in ("_trilinear", "_euclidean_dist")]
+
+    # nn.Bilinear(32, 48, 16) on 8 rows: x1 @ W as an (8 x 32) by (32 x 16*48) GEMM, then each
+    # row's 16 x 48 result with x2; its weight gradient an outer product per row, then a GEMM over the rows.
+    x1, x2 = torch.randn(8, 32), torch.randn(8, 48)
+    bilinear = contractions(nn.Bilinear(32, 48, 16), (x1, x2), lambda m, b: m(*b).sum())
+    assert bilinear == [("forward", "gemm", 2.0 * (8 * 32 * 16 * 48 + 8 * 16 * 48), (1, 8, 768, 32)),
+                        ("backward", "gemm", 2.0 * (8 * 32 * 16 + 16 * 32 * 48 * 8), (1, 512, 48, 8))]
+    # torch.cdist of 100 rows by 100 (p=2): a batched GEMM over the 64 features and the two norms.
+    distances = contractions(nn.Linear(64, 64), torch.randn(2, 100, 64), lambda m, b: torch.cdist(m(b), m(b)).mean())
+    assert distances == [("forward", "gemm", 2.0 * 2 * 100 * 100 * 66, (2, 100, 100, 66))]
+
+
 class LayerDrop(nn.Module):
     """Skips each block with probability 0.1 while training, as M2M100, NLLB, LED and wav2vec 2.0 do."""
 
