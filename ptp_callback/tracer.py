@@ -45,6 +45,7 @@ import contextlib
 import functools
 import logging
 import math
+import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -845,6 +846,8 @@ def _trace(
     mappings: list[str] = []
     if proxy_for_cuda:
         mappings.append("traced on CPU as a proxy for CUDA")
+    if _compiled(model):
+        mappings.append("torch.compile: the eager step is predicted (compiled kernels and compilation not modelled)")
 
     from torch.nn.utils.stateless import _reparametrize_module
 
@@ -960,6 +963,13 @@ def _autocast(spec: PrecisionSpec, device: torch.device, proxy_for_cuda: bool, m
         mappings.append("autocast: CUDA cast policy replayed on CPU")
     with torch.autocast(device.type, dtype=spec.autocast_dtype):
         yield
+
+
+def _compiled(model: torch.nn.Module) -> bool:
+    """Whether ``torch.compile`` wraps the model or a part of it (without importing the compiler,
+    1-2 s, where nothing has)."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    return eval_frame is not None and any(isinstance(m, eval_frame.OptimizedModule) for m in model.modules())
 
 
 @contextlib.contextmanager

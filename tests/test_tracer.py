@@ -764,6 +764,9 @@ def test_a_compiled_submodule_traces_as_its_module_without_warning_of_the_traces
         compiled = trace_step(model, mlp_batch(), ce_step, precision="bf16-mixed")
     assert not [w for w in caught if "global hooks" in str(w.message)]
     assert names(compiled) == names(plain)
+    # What is predicted is the eager step, and the trace says so.
+    assert any(m.startswith("torch.compile") for m in compiled.mappings)
+    assert not any(m.startswith("torch.compile") for m in plain.mappings)
     # The filter goes with the trace: the user's own warning filters are as they were.
     before = list(warnings.filters)
     trace_step(model, mlp_batch(), ce_step, precision="bf16-mixed")
