@@ -251,7 +251,7 @@ def predict_fit(trainer: Trainer, module: LightningModule, spec: PrecisionSpec |
             train_loader=loader_facts(train_loader, train_batch, load_s), sanity_batches=sanity_batches,
             checkpoint=checkpoint, communication=communication(trainer), loader_started_before_first_epoch=True,
             model_to_cpu_at_end=True, framework_loop=LIGHTNING_LOOP, val_workers_live_on=True,
-            extra_key=step_code_key(module), **val)
+            compiled=compiled(module), extra_key=step_code_key(module), **val)
     return prediction, train_batch
 
 

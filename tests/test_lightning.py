@@ -187,10 +187,13 @@ def test_the_plan_says_that_the_compilation_of_a_compiled_module_is_not_in_it():
             super().__init__()
             self.net = torch.compile(self.net, backend="eager")  # dynamo only: a fast compile
 
-    plans = [next(m for m in _logged([PrecisionTimeCallback()], module, max_epochs=1)
-                  if m.startswith("ptp: predicted fit ")) for module in (Tiny(), Compiled())]
+    callbacks = [PrecisionTimeCallback(), PrecisionTimeCallback()]
+    plans = [next(m for m in _logged([callback], module, max_epochs=1) if m.startswith("ptp: predicted fit "))
+             for callback, module in zip(callbacks, (Tiny(), Compiled()))]
     assert "torch.compile" not in plans[0]
     assert plans[1].endswith("; torch.compile's compilation is not in it")
+    # The sanity check compiles the validation step: its time says nothing of a validation run's.
+    assert [callback.prediction.plan.sanity_calibrates for callback in callbacks] == [True, False]
 
 
 def test_the_plan_says_that_early_stopping_may_end_the_fit_sooner():
