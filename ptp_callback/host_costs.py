@@ -239,6 +239,7 @@ class _One(torch.utils.data.Dataset):
         return torch.zeros(1)
 
 
+@rng_preserved()  # an iterator with workers draws their seed from the user's generator (the data order)
 def _loader_start_stop_s(num_workers: int) -> dict[str, float]:
     """Seconds from creating a DataLoader iterator with worker processes to its first batch (``s``),
     and from there to its workers' exit (``stop_s``). A fit's teardown stops each loader's workers
@@ -363,6 +364,7 @@ def _worker_batch_s(num_workers: int, batch_bytes: int, load_s: float, batches: 
     return max(0.0, fed - alone) / batches
 
 
+@rng_preserved()  # as _loader_start_stop_s
 def _fork_write_s_per_byte(nbytes: int = 16 * 2**20, tensor_bytes: int = 2**20, trials: int = 3) -> float:
     """Seconds per byte that rewriting memory takes while a loader worker runs, beyond rewriting it
     alone: a forked worker maps the parent's pages until it exits, and the parent's first write to

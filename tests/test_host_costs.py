@@ -35,6 +35,15 @@ def test_probes_measure_this_machine_and_keep_the_rest(tmp_path, cache):
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".ptp-probe")]  # the probe cleaned up
 
 
+def test_probes_leave_the_users_generators_as_they_were(tmp_path, cache):
+    # An iterator with worker processes draws their base seed from torch's generator: a probe that
+    # moved it gave a seeded fit with loader workers another data order from its second epoch on.
+    torch.manual_seed(0)
+    before = torch.get_rng_state()
+    probe_host(CPU_HOST, checkpoint_dir=str(tmp_path), num_workers=2)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
 def test_a_second_probe_reads_the_cache(tmp_path, cache):
     first = probe_host(CPU_HOST, checkpoint_dir=str(tmp_path), num_workers=1)
     files = sorted(os.listdir(cache))
