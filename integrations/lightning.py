@@ -106,6 +106,9 @@ class PrecisionTimeCallback(RunReadouts, Callback):
 
     # --------------------------------------------------------------------------- fit start
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._active = False
+        if trainer.fast_dev_run:  # a smoke test of the code: Lightning turns its checkpoints and loggers off too
+            return
         started = self.clock()
         with self._warnings.guard("reading the fit's schedule"):
             schedule = read_schedule(trainer)  # every rank: it may run collectives (and starts the loader)

@@ -181,6 +181,13 @@ def test_prediction_before_step_one_and_summary_at_the_end():
     assert callback.predicted_fit_s > 0
 
 
+def test_a_fast_dev_run_is_left_alone():
+    # A smoke test of the code, a batch or two: the callback neither probes, traces nor prints.
+    callback = PrecisionTimeCallback()
+    assert not _logged([callback], fast_dev_run=2)
+    assert callback.prediction is None and callback.forecaster is None
+
+
 def test_the_plan_says_that_the_compilation_of_a_compiled_module_is_not_in_it():
     class Compiled(Tiny):
         def __init__(self) -> None:
