@@ -921,13 +921,13 @@ def _why(exc: Exception, proxy_for_cuda: bool = False) -> str:
     """What a failure the user cannot act on from its name alone means."""
     from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 
-    if proxy_for_cuda and "cpu" in str(exc).lower() and not failed_over_packed_sequences(exc):
-        return (" -- the step is traced on this machine's CPU in place of the GPU, and this op does not run "
-                "there: on a machine with a CUDA GPU the trace runs on the GPU")
-
     if failed_over_packed_sequences(exc):
         return (" -- packed sequences (pack_padded_sequence) are traced for a GPU target only: a CPU runs a "
                 "recurrent layer over them step by step, by the values of their sizes")
+    if proxy_for_cuda and "cpu" in str(exc).lower() and "same device" not in str(exc):
+        # FlexAttention's backward, a kernel the CPU lacks for a dtype ("not implemented for 'Half'")
+        return (" -- the step is traced on this machine's CPU in place of the GPU, and this op does not run "
+                "there: on a machine with a CUDA GPU the trace runs on the GPU")
     if isinstance(exc, DataDependentOutputException):
         return (" -- the step reads an integer or a truth value its model's numbers decide (`int((out > 0).sum())`, "
                 "`if (out > 0).any():`), which a trace on fake tensors does not have")
