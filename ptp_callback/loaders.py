@@ -47,7 +47,8 @@ def example_batch(loader: Any, transform: Callable[[Any], Any] | None = None) ->
 
     A map-style dataset with a batch size gives its first items collated directly (and the next
     ones, timed, where that was quick: see the module doc); anything else
-    (an iterable dataset, a batch sampler) is read from a fresh iterator; a one-shot iterator (a
+    (an iterable dataset, a batch sampler) is read from a fresh iterator, in this process (no
+    workers started: :func:`_built_here`); a one-shot iterator (a
     generator) is never read: that batch would be missing from the loop. ``transform`` applies the
     framework's own batch hooks. Every generator's state is restored afterwards.
     """
@@ -66,12 +67,30 @@ def example_batch(loader: Any, transform: Callable[[Any], Any] | None = None) ->
             raise ValueError(f"the loader is a one-shot iterator ({type(loader).__name__}): a batch read from it "
                              "would be missing from your loop; pass the DataLoader (or anything iterable again)")
         else:
-            batch = next(iter(loader))
+            batch = next(iter(_built_here(loader)))
             seconds = time.perf_counter() - started
         if transform is not None:
             with contextlib.suppress(Exception):  # user hooks written for the loop's state
                 batch = transform(batch)
     return batch, seconds
+
+
+def _built_here(loader: Any) -> Any:
+    """A DataLoader with worker processes as one that builds its batches in this process, from the
+    same dataset, sampler and ``collate_fn``. Its workers' start is no batch's build time (two took
+    58 ms to deliver an iterable dataset's first batch on a 2-thread Xeon, where building one took
+    0.9 ms: every batch of the fit was planned 8x its time), and a loader with
+    ``persistent_workers`` keeps the iterator, and the workers, that a read of its own starts."""
+    from torch.utils.data import DataLoader, IterableDataset
+
+    if not isinstance(loader, DataLoader) or not loader.num_workers:
+        return loader
+    if isinstance(loader.dataset, IterableDataset):
+        return DataLoader(loader.dataset, batch_size=loader.batch_size, drop_last=loader.drop_last,
+                          collate_fn=loader.collate_fn)
+    if loader.batch_sampler is not None:
+        return DataLoader(loader.dataset, batch_sampler=loader.batch_sampler, collate_fn=loader.collate_fn)
+    return DataLoader(loader.dataset, sampler=loader.sampler, batch_size=None, collate_fn=loader.collate_fn)
 
 
 def batch_bytes(batch: Any) -> int:

@@ -70,6 +70,25 @@ def test_an_iterable_dataset_is_read_from_a_fresh_iterator():
     assert batch.shape == (2, 3)
 
 
+class WhereBuilt(IterableDataset):
+    """Yields batches that say which process built them: -1 this one, else the worker's id."""
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        while True:
+            yield torch.full((4,), -1.0 if info is None else float(info.id))
+
+
+def test_a_loader_with_workers_is_read_in_this_process_and_its_iterator_left_unmade():
+    # Its workers' start is no batch's build time, and a persistent loader would keep the iterator.
+    loader = DataLoader(WhereBuilt(), batch_size=None, num_workers=2, persistent_workers=True)
+    batch, _ = example_batch(loader)
+    assert batch.tolist() == [-1.0] * 4
+    assert loader._iterator is None
+    sampled = DataLoader(TensorDataset(torch.arange(10.0)), batch_sampler=[[3, 1]], num_workers=2)
+    assert example_batch(sampled)[0][0].tolist() == [3.0, 1.0]
+
+
 def test_the_framework_hooks_transform_the_batch():
     batch, _ = example_batch(DataLoader(TensorDataset(torch.ones(4, 2)), batch_size=2), lambda b: [b[0] * 3])
     assert torch.equal(batch[0], torch.full((2, 2), 3.0))
