@@ -197,6 +197,10 @@ def _probe(args: argparse.Namespace) -> int:
         print("  ns per element: " + ", ".join(f"{name} {s * 1e9:.2f}" for name, s in result.element_s.items()))
     if result.fault_s_per_byte:
         print(f"  first touch of a new large tensor: {result.fault_s_per_byte * 1e9:.2f} ns per byte")
+    if result.reference_step_s:
+        print("  reference step: " + ", ".join(
+            f"{phase} {s * 1e6:.0f} us (host cost per op x{result.reference_host_scales.get(phase, 1.0):.2f})"
+            for phase, s in result.reference_step_s.items()))
     return 0
 
 

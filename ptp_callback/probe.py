@@ -77,6 +77,11 @@ class ProbeResult:
     # row-major, 64 columns out): :func:`_fallback_layout_tflops`.
     gemm_fallback_tflops: dict[str, dict[str, float]] = field(default_factory=dict)
     llc_copy_gbps: float = 0.0
+    # A CPU's tiny reference training step, seconds per phase (``reference_step.time_reference_step``),
+    # and the factor per phase on the per-op host costs that the step's trace fits them with
+    # (``reference_step.host_scales``, :func:`with_host_scales`; applied by :func:`cpu_coefficients`).
+    reference_step_s: dict[str, float] = field(default_factory=dict)
+    reference_host_scales: dict[str, float] = field(default_factory=dict)
 
 
 def _device_name(device: torch.device) -> str:
@@ -106,7 +111,8 @@ def _cache_path(device: torch.device) -> str:
     # v10: a fallback dtype's GEMM rates by layout and shape, which older caches lack.
     # v11: a CPU's copy rate through its last-level cache, which older caches lack.
     # v12: a CPU's rate of SDPA's safe softmax, which older caches lack.
-    key = hashlib.sha1(f"{_device_name(device)}|{torch.__version__}|v12".encode()).hexdigest()[:16]
+    # v13: a CPU's tiny reference training step, which older caches lack.
+    key = hashlib.sha1(f"{_device_name(device)}|{torch.__version__}|v13".encode()).hexdigest()[:16]
     return os.path.join(cache_dir(), f"probe-{device.type}-{key}.json")
 
 
@@ -211,7 +217,11 @@ def _measure(device: torch.device) -> ProbeResult:
     conv_s: dict[str, float] = {}
     fallback: dict[str, dict[str, float]] = {}
     fault_s_per_byte = stream_copy_gbps = llc_copy_gbps = 0.0
+    reference_step_s: dict[str, float] = {}
     if device.type == "cpu":
+        from .reference_step import time_reference_step
+
+        reference_step_s = time_reference_step()
         n = _ELEMENTS
         element_s = {name: _timed(fn, device, 3) / n for name, fn in element_ops(n, device).items()}
         for dtype, key in ((torch.bfloat16, "bf16"), (torch.float16, "fp16")):
@@ -227,7 +237,8 @@ def _measure(device: torch.device) -> ProbeResult:
         fallback = {key: _fallback_layout_tflops(_DTYPES[key], device) for key in slow}
     return ProbeResult(_device_name(device), torch.__version__, torch.get_num_threads(), gemm, copy_gbps,
                        small_op_s, autograd_op_s, time.perf_counter() - started, cache_copy_gbps, element_s,
-                       fault_s_per_byte, stream_copy_gbps, transposed, attention_s, conv_s, fallback, llc_copy_gbps)
+                       fault_s_per_byte, stream_copy_gbps, transposed, attention_s, conv_s, fallback, llc_copy_gbps,
+                       reference_step_s)
 
 
 def host_op_seconds(device: torch.device) -> tuple[float, float]:
@@ -493,6 +504,7 @@ def probe_device(device: torch.device, *, cache: bool = True, refresh: bool = Fa
     result = _measure(device)
     if cached is not None:
         result = _best_of(cached, result)
+    result = with_host_scales(result)
     if cache:
         _forget_spot_checks(path)  # they were readings against the rates this probe replaces
     # Kept even when the machine was busy: probing again at every start would cost seconds each
@@ -600,7 +612,8 @@ def at_speed(result: ProbeResult, speed: float) -> ProbeResult:
                    attention_s={name: s / speed for name, s in result.attention_s.items()},
                    conv_s={name: s / speed for name, s in result.conv_s.items()},
                    gemm_fallback_tflops={k: {layout: rate * speed for layout, rate in rates.items()}
-                                         for k, rates in result.gemm_fallback_tflops.items()})
+                                         for k, rates in result.gemm_fallback_tflops.items()},
+                   reference_step_s={phase: s / speed for phase, s in result.reference_step_s.items()})
 
 
 def _best_of(old: ProbeResult, new: ProbeResult) -> ProbeResult:
@@ -621,7 +634,9 @@ def _best_of(old: ProbeResult, new: ProbeResult) -> ProbeResult:
                    conv_s={name: min(s, old.conv_s.get(name, s)) for name, s in new.conv_s.items()},
                    gemm_fallback_tflops={k: {layout: max(rate, old.gemm_fallback_tflops.get(k, {}).get(layout, 0.0))
                                              for layout, rate in rates.items()}
-                                         for k, rates in new.gemm_fallback_tflops.items()})
+                                         for k, rates in new.gemm_fallback_tflops.items()},
+                   reference_step_s={phase: min(s, old.reference_step_s.get(phase, s))
+                                     for phase, s in new.reference_step_s.items()})
 
 
 def _best_rate(result: ProbeResult, dtype: str) -> float:
@@ -678,7 +693,7 @@ def cpu_coefficients(result: ProbeResult) -> CostCoefficients:
             half_dim[key] = 64 * (1.0 / ratio - 1.0)
     base = coefficients_for("hopper")
     small = result.small_op_s
-    return replace(
+    return _host_fitted(result, replace(
         base,
         gemm_eff={"gemm": 1.0, "misaligned": 1.0, "in_step": CPU_IN_STEP_GEMM_RATE},
         # oneDNN's convolutions, relative to the probed GEMM peak, and a fixed cost per call (its
@@ -742,7 +757,31 @@ def cpu_coefficients(result: ProbeResult) -> CostCoefficients:
                "element_s": {**{alias + half: result.element_s[name + half] for alias, name in ELEMENT_ALIASES.items()
                                 for half in ("", ":bf16", ":fp16") if name + half in result.element_s},
                              **result.element_s}},
-    )
+    ))
+
+
+def with_host_scales(result: ProbeResult) -> ProbeResult:
+    """A CPU probe with its host costs' factors per phase fitted to its reference step (a trace of
+    it, about 0.1 s; kept with the probe): see :mod:`~ptp_callback.reference_step`."""
+    if not result.reference_step_s:
+        return result
+    from .reference_step import host_scales
+
+    unfitted = replace(result, reference_host_scales={})
+    scales = host_scales(cpu_coefficients(unfitted), cpu_spec(unfitted), result.reference_step_s)
+    return replace(result, reference_host_scales=scales)
+
+
+def _host_fitted(result: ProbeResult, coef: CostCoefficients) -> CostCoefficients:
+    """``coef`` with each phase's per-op host cost scaled by the probe's fit to its reference step:
+    module calls go with the forward's ops, the optimizer's Python per parameter and ``zero_grad``
+    with the optimizer's."""
+    scales = result.reference_host_scales
+    if not scales:
+        return coef
+    return replace(coef, host_op_s={phase: s * scales.get(phase, 1.0) for phase, s in coef.host_op_s.items()},
+                   host_module_s=coef.host_module_s * scales.get("forward", 1.0),
+                   host_param_s={name: s * scales.get("optimizer", 1.0) for name, s in coef.host_param_s.items()})
 
 
 # A transposed operand's rate over the row-major one's below this is the same kernel (fp32: 0.8-1.2x).

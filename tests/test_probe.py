@@ -347,3 +347,41 @@ def test_a_cpu_reads_tensors_it_reuses_at_its_last_level_caches_copy_rate():
     # a probe taken before it was measured: the 32 MB copy's
     assert probe.cpu_coefficients(replace(result, llc_copy_gbps=0.0)).extra["reuse_bw_gbs"] == 19.0
     assert probe.at_speed(result, 0.5).llc_copy_gbps == 22.5
+
+
+def test_a_cpu_probe_times_a_reference_step_and_fits_each_phases_host_cost_to_it(tmp_path, monkeypatch):
+    # The micro-loops' host costs leave out the autograd engine's walk and a per-parameter
+    # optimizer's Python; the reference step's phases, priced from its trace, take what they took.
+    monkeypatch.setenv("PTP_CACHE_DIR", str(tmp_path))
+    result = probe_device(torch.device("cpu"))
+    assert set(result.reference_step_s) == {"forward", "backward", "optimizer"}
+    assert all(seconds > 0 for seconds in result.reference_step_s.values())
+    assert set(result.reference_host_scales) == set(result.reference_step_s)
+    unfitted = probe.cpu_coefficients(replace(result, reference_host_scales={}))
+    fitted = probe.cpu_coefficients(result)
+    for phase, scale in result.reference_host_scales.items():
+        assert fitted.host_op_s[phase] == pytest.approx(unfitted.host_op_s[phase] * scale)
+    assert fitted.host_param_s["ptp.optimizer_python"] == pytest.approx(
+        unfitted.host_param_s["ptp.optimizer_python"] * result.reference_host_scales["optimizer"])
+
+
+def test_each_phases_host_factor_makes_the_reference_steps_trace_take_what_it_measured():
+    from ptp_callback.predict import simulate
+    from ptp_callback.reference_step import SCALE_LIMITS, host_scales, reference_step
+    from ptp_callback.tracer import trace_step
+
+    result = ProbeResult("cpu", torch.__version__, 2, {"fp32": {"256": 0.1}}, 20.0, 2e-6, 5e-6, 0.0, 80.0)
+    coef, spec = probe.cpu_coefficients(result), probe.cpu_spec(result)
+    trace = trace_step(*reference_step(), None, "32-true", target_type="cpu")
+
+    def phases(c):
+        by_phase = simulate(trace, spec, c).breakdown["phase"]
+        return {**by_phase, "forward": by_phase["forward"] - c.host_step_s}  # the loop's own: not a phase's
+
+    measured = {phase: 1.5 * seconds for phase, seconds in phases(coef).items() if phase != "other"}
+    scales = host_scales(coef, spec, measured)
+    assert all(SCALE_LIMITS[0] < scale < SCALE_LIMITS[1] for scale in scales.values())
+    fitted = phases(probe.cpu_coefficients(replace(result, reference_host_scales=scales)))
+    assert all(fitted[phase] == pytest.approx(seconds) for phase, seconds in measured.items())
+    # A reading no host could give is held to the limits.
+    assert set(host_scales(coef, spec, dict.fromkeys(scales, 1.0)).values()) == {SCALE_LIMITS[1]}
