@@ -2,7 +2,7 @@
 
     python examples/accelerate_loop.py                                # mixed_precision="no", accumulate 2
     python examples/accelerate_loop.py --mixed-precision bf16
-    accelerate launch --cpu --num_processes 2 examples/accelerate_loop.py   # two processes (gloo)
+    ACCELERATE_USE_CPU=1 torchrun --nproc_per_node 2 examples/accelerate_loop.py  # two CPU processes (gloo)
     python examples/accelerate_loop.py --stop-after 20 --state-dir ckpt    # save_state after 20 steps, stop
     python examples/accelerate_loop.py --resume ckpt                        # load_state, go on to the end
 
