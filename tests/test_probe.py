@@ -385,3 +385,17 @@ def test_each_phases_host_factor_makes_the_reference_steps_trace_take_what_it_me
     assert all(fitted[phase] == pytest.approx(seconds) for phase, seconds in measured.items())
     # A reading no host could give is held to the limits.
     assert set(host_scales(coef, spec, dict.fromkeys(scales, 1.0)).values()) == {SCALE_LIMITS[1]}
+
+
+def test_a_reference_step_that_cannot_be_fitted_leaves_the_micro_loops_host_costs(monkeypatch):
+    from ptp_callback import reference_step
+
+    def untraceable(*args, **kwargs):
+        raise RuntimeError("a torch this trace cannot run")
+
+    monkeypatch.setattr(reference_step, "host_scales", untraceable)
+    result = ProbeResult("cpu", torch.__version__, 2, {"fp32": {"256": 0.1}}, 20.0, 2e-6, 5e-6, 0.0, 80.0,
+                         reference_step_s={"forward": 1e-4, "backward": 1e-4, "optimizer": 1e-4})
+    fitted = probe.with_host_scales(result)
+    assert fitted.reference_host_scales == {}
+    assert probe.cpu_coefficients(fitted).host_op_s == probe.cpu_coefficients(result).host_op_s
