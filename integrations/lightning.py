@@ -152,7 +152,7 @@ class PrecisionTimeCallback(RunReadouts, Callback):
             now = self.clock()
             forecaster.set_plan(self.prediction.plan, now)
             line = plan_line(forecaster.initial_parts, forecaster.total_s(now), self.precision_label,
-                             self.prediction.device.name)
+                             self.prediction.device.name, earlier_s=forecaster.elapsed_before_s)
             _print(trainer, "ptp: " + line + plan_notes(trainer, pl_module))
             for hazard in self.prediction.trace.hazards:
                 self._warnings.warn(hazard, hazard, PrecisionHazard)
@@ -267,7 +267,8 @@ class PrecisionTimeCallback(RunReadouts, Callback):
         forecaster.fit_end(now)
         actual = forecaster.elapsed_s(now)  # a resumed fit's earlier runs included, as in its predictions
         self.summary = "ptp: " + report_line(forecaster.initial_parts, forecaster.parts(now), actual,
-                                             forecaster.before_step_one_s, stopped=forecaster.stopped_early)
+                                             forecaster.before_step_one_s, stopped=forecaster.stopped_early,
+                                             earlier_s=forecaster.elapsed_before_s)
         _print(trainer, self.summary)
         if self.advise is True or self.advise and self._advice_cost_s() < 0.01 * actual:
             measured = forecaster.batches.mean_s()

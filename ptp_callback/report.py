@@ -36,11 +36,12 @@ def _amount(kind: str, count: int | None, train_unit: str) -> str:
 
 
 def plan_line(parts: dict[str, Part], total_s: float | None, precision: str, device: str, *,
-              noun: str = "fit", train_unit: str = "batches") -> str:
+              noun: str = "fit", train_unit: str = "batches", earlier_s: float = 0.0) -> str:
     """``predicted fit 3m12s at bf16-mixed on <device>: train ..., validation ..., checkpoints ...``
     (``noun``: what the loop calls a run: Lightning's "fit", a loop's "run"; ``train_unit``: what
-    it counts, "batches" or, for a loop that reports its optimizer steps, "steps")."""
-    shown = []
+    it counts, "batches" or, for a loop that reports its optimizer steps, "steps"; ``earlier_s``: a
+    resumed run's time before it resumed, which the total holds: the first part)."""
+    shown = _earlier(earlier_s)
     for kind, (label, _unit) in LABELS.items():
         part = parts.get(kind)
         if part is None:
@@ -64,13 +65,14 @@ def plan_line(parts: dict[str, Part], total_s: float | None, precision: str, dev
 
 def report_line(predicted: dict[str, Part], measured: dict[str, Part], actual_s: float,
                 before_step_one_s: float | None, *, noun: str = "fit", train_unit: str = "batches",
-                stopped: tuple[int, int] | None = None, stopped_by: str | None = None) -> str:
+                stopped: tuple[int, int] | None = None, stopped_by: str | None = None,
+                earlier_s: float = 0.0) -> str:
     """``fit took 3m20s, predicted before step one 3m12s (-4.0%): train 2m45s (predicted 2m40s), ...``.
 
     ``stopped``: (batches run, batches scheduled) of a fit that ended early (``stopped_by``: the
     exception that ended it, if one did). Its prediction was for the whole schedule; each counted
     part (batches, validation runs, epochs, saves) is then set beside its prediction for the
-    occurrences that ran, and so is the whole.
+    occurrences that ran, and so is the whole. ``earlier_s``: as :func:`plan_line`'s.
     """
     if stopped:
         predicted = {kind: _for_what_ran(part, measured.get(kind)) for kind, part in predicted.items()}
@@ -78,7 +80,7 @@ def report_line(predicted: dict[str, Part], measured: dict[str, Part], actual_s:
         how = f"stopped by {stopped_by}" if stopped_by else "stopped early"
         head = f"{noun} {how} after {ran} of {scheduled} training {train_unit} and took {format_duration(actual_s)}"
         if before_step_one_s is not None and actual_s > 0:
-            those = sum(part.spent_s + part.left_s for part in predicted.values())
+            those = earlier_s + sum(part.spent_s + part.left_s for part in predicted.values())
             head += f"; predicted before step one {format_duration(before_step_one_s)} for the whole schedule, " \
                     f"{format_duration(those)} for what ran ({100.0 * (those / actual_s - 1.0):+.1f}%)"
     else:
@@ -86,7 +88,7 @@ def report_line(predicted: dict[str, Part], measured: dict[str, Part], actual_s:
         if before_step_one_s is not None and actual_s > 0:
             head += f", predicted before step one {format_duration(before_step_one_s)} " \
                     f"({100.0 * (before_step_one_s / actual_s - 1.0):+.1f}%)"
-    shown = []
+    shown = _earlier(earlier_s)
     for kind, (label, _unit) in LABELS.items():
         done = measured.get(kind)
         planned = predicted.get(kind)
@@ -100,6 +102,11 @@ def report_line(predicted: dict[str, Part], measured: dict[str, Part], actual_s:
             text += f" (predicted {format_duration(expected)})" if expected > 0 else " (not predicted)"
         shown.append(text)
     return head + (": " + ", ".join(shown) if shown else "")
+
+
+def _earlier(seconds: float) -> list[str]:
+    """The part a resumed run spent before it resumed, so that the parts add up to the total."""
+    return [f"earlier runs {format_duration(seconds)}"] if seconds >= 0.05 else []
 
 
 def _for_what_ran(planned: Part, done: Part | None) -> Part:

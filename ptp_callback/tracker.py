@@ -272,7 +272,8 @@ class RunTracker(RunReadouts):
             self._write(self.device_note)
         if self.prediction is not None:
             self.plan_text = plan_line(forecaster.initial_parts, forecaster.predicted_total_s, self.precision_label,
-                                       self._device_name(), noun="run", train_unit=self._unit_name()) + self.plan_note
+                                       self._device_name(), noun="run", train_unit=self._unit_name(),
+                                       earlier_s=forecaster.elapsed_before_s) + self.plan_note
             self._write(self.plan_text)
         if self.show_bar and self.main_process:
             from tqdm import tqdm
@@ -503,7 +504,7 @@ class RunTracker(RunReadouts):
             self.summary = report_line(forecaster.initial_parts, forecaster.parts(now), actual,
                                        forecaster.before_step_one_s if self.prediction is not None else None,
                                        noun="run", train_unit=self._unit_name(), stopped=forecaster.stopped_early,
-                                       stopped_by=self._stopped_by)
+                                       stopped_by=self._stopped_by, earlier_s=forecaster.elapsed_before_s)
             self._write(self.summary)
             if self.advise is True or self.advise and self._advice_cost_s() < 0.01 * actual:
                 measured = forecaster.batches.mean_s()

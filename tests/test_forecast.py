@@ -621,6 +621,28 @@ def test_the_plan_and_report_lines_name_each_part():
     assert "checkpoints 6.0s (predicted 6.0s)" in report and "train 20.0s (predicted 20.0s)" in report
 
 
+def test_a_resumed_runs_lines_count_its_earlier_time_as_a_part_so_that_the_parts_add_up():
+    from ptp_callback.report import plan_line, report_line
+
+    schedule = schedule_of(max_epochs=2, val_batches_per_run=0, val_check_batch=None, sanity_batches=0)
+    forecaster = RunForecaster(schedule, RunPlan(train_batch_s=1.0))
+    forecaster.load_state_dict({"elapsed_s": 12.0})
+    forecaster.fit_start(0.0)
+    forecaster.set_plan(RunPlan(train_batch_s=1.0), 0.0)
+    line = plan_line(forecaster.initial_parts, forecaster.total_s(0.0), "32-true", "cpu",
+                     earlier_s=forecaster.elapsed_before_s)
+    assert line.startswith("predicted fit 32.0s at 32-true on cpu: earlier runs 12.0s, train 20.0s")
+    forecaster.train_start(0.0)
+    forecaster.epoch_start(0.0)
+    for t in range(3):
+        forecaster.batch_start(float(t))
+        forecaster.batch_end(t + 1.0)
+    report = report_line(forecaster.initial_parts, forecaster.parts(3.0), 15.0, 32.0, stopped=(3, 20),
+                         earlier_s=forecaster.elapsed_before_s)
+    # what ran: its 12 s before the resume and 3 of the 20 batches, 15 s in all, as it took
+    assert "15.0s for what ran (+0.0%): earlier runs 12.0s" in report
+
+
 def test_the_eta_is_recomputed_sooner_while_the_fit_is_young():
     forecaster = RunForecaster(schedule_of())
     forecaster.fit_start(10.0)
