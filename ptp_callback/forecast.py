@@ -479,7 +479,8 @@ class RunForecaster:
             # batches as predicted; carried over, they put its fit 20% long before step one).
             measured = min(b - a for a, b in zip(ends, ends[1:]))
             plan = replace(plan, val_batch_s=measured)
-        if plan.sanity_calibrates and self._sanity_batches and not plan.val_workers_persist:
+        if plan.sanity_calibrates and self._sanity_batches and plan.sanity_loader_workers \
+                and not plan.val_workers_persist:
             plan = self._val_run_from_sanity(plan, sanity_s, self._sanity_batches)
         if plan.warmup_per_sanity_excess and plan.sanity_s:
             excess = max(0.0, sanity_s - (plan.sanity_s - plan.sanity_warmup_s))
@@ -495,7 +496,10 @@ class RunForecaster:
         workers the prediction (the probe's worker start, 24-42 ms in a fresh process) was a third
         of what each validation run of a fit took beyond its batches (100-125 ms); the sanity check's
         excess was 70-80 ms. A training loader's start at an epoch boundary is not scaled with it:
-        without the evaluation loop's set-up it took 30-55 ms there."""
+        without the evaluation loop's set-up it took 30-55 ms there. A loader without workers has
+        no start to time: the excess is then the first batches' warm-up, which later runs do not
+        pay (a CPU MLP's sanity check: 10 ms beyond its batches; each validation run after it
+        under 1 ms), and the run's fixed part stays predicted."""
         return replace(plan, val_run_s=max(0.0, sanity_s - batches * plan.val_batch_s))
 
     # ---------------------------------------------------------------------- unit costs

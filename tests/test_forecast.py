@@ -537,9 +537,19 @@ def test_the_sanity_checks_fixed_part_replaces_a_validation_runs_predicted_one_o
 def test_a_long_sanity_checks_fixed_part_counts_every_batch():
     # num_sanity_val_steps=-1 runs the whole validation set: 100 batches of 0.01 s after 0.1 s of
     # set-up. The forecaster keeps only the first batches' times, but counts them all.
-    plan = RunPlan(train_batch_s=1.0, val_batch_s=0.01, val_run_s=0.02, sanity_s=1.0, sanity_calibrates=True)
+    plan = RunPlan(train_batch_s=1.0, val_batch_s=0.01, val_run_s=0.02, sanity_s=1.0, sanity_calibrates=True,
+                   sanity_loader_workers=2)
     forecaster = after_sanity(plan, tuple(0.1 + 0.01 * (i + 1) for i in range(100)))
     assert forecaster.plan.val_run_s == pytest.approx(0.1)
+
+
+def test_without_loader_workers_the_sanity_checks_excess_is_warm_up_not_a_runs_fixed_part():
+    # A CPU MLP (2026-11-29): two sanity batches ended at 16.2 and 22.5 ms, the check at 23.2 ms;
+    # each later validation run took under 1 ms beyond its batches of 5.3 ms.
+    plan = RunPlan(train_batch_s=1.0, val_batch_s=0.005, val_run_s=0.0005, sanity_s=0.01, sanity_calibrates=True)
+    forecaster = after_sanity(plan, (0.0162, 0.0225))
+    assert forecaster.plan.val_batch_s == pytest.approx(0.0063)  # the batches' own time is measured
+    assert forecaster.plan.val_run_s == pytest.approx(0.0005)  # the fixed part stays predicted
 
 
 def test_the_sanity_checks_excess_predicts_the_first_training_steps_warmup_on_a_gpu():
