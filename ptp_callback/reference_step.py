@@ -70,23 +70,22 @@ def host_scales(coef: Any, device: Any, measured: dict[str, float]) -> dict[str,
     ``host_module_s``, ``host_param_s``) that makes the reference step's trace, priced with ``coef``
     on ``device``, take the ``measured`` seconds; the ops' own prices (their arithmetic and bytes)
     and the views' host time are kept. 1.0 for a phase with nothing to fit."""
-    from .kernels import kernel_seconds
-    from .predict import host_seconds, in_step_caches
+    from .predict import simulate, step_host_seconds
     from .tracer import trace_step
 
     model, batch, loss = reference_step()
     trace = trace_step(model, batch, loss, None, "32-true", target_type="cpu")
-    coef = in_step_caches(trace, coef)
-    # What the factors scale (per op, module call and parameter) and what they leave (views).
+    # What the factors scale (per op, module call and parameter) and what they leave (views, the
+    # ops' own prices): each phase priced with them and without them.
     unscaled = replace(coef, host_op_s=dict.fromkeys(coef.host_op_s, 0.0), host_module_s=0.0,
                        host_param_s=dict.fromkeys(coef.host_param_s, 0.0))
-    host_factor = coef.extra.get("host_scale", 1.0)
-    scaled, fixed = dict.fromkeys(PHASES, 0.0), dict.fromkeys(PHASES, 0.0)
-    for op in trace.ops:
-        if op.phase in scaled:
-            rest = host_seconds(op, unscaled) * host_factor
-            scaled[op.phase] += host_seconds(op, coef) * host_factor - rest
-            fixed[op.phase] += rest + kernel_seconds(op, device, coef)
+
+    def phases(c: Any) -> dict[str, float]:
+        by_phase = simulate(trace, device, c).breakdown["phase"]
+        by_phase["forward"] -= step_host_seconds(trace, c)  # the loop's own: no phase timed holds it
+        return {phase: by_phase.get(phase, 0.0) for phase in PHASES}
+
+    full, fixed = phases(coef), phases(unscaled)
     low, high = SCALE_LIMITS
-    return {phase: min(high, max(low, (measured[phase] - fixed[phase]) / scaled[phase]))
-            if scaled[phase] > 0.0 and measured.get(phase) else 1.0 for phase in PHASES}
+    return {phase: min(high, max(low, (measured[phase] - fixed[phase]) / (full[phase] - fixed[phase])))
+            if full[phase] > fixed[phase] and measured.get(phase) else 1.0 for phase in PHASES}
