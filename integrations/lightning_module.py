@@ -27,6 +27,7 @@ from ptp_callback.manual_step import ManualOptimization, ManualStep
 from ptp_callback.precision import PRECISIONS, PrecisionSpec
 from ptp_callback.run_prediction import RunPrediction, precision_advice, predict_run
 from ptp_callback.trace_cache import code_key
+from ptp_callback.tracer import has_compiled_parts
 
 __all__ = ["add_bar_metric", "advise_precision", "batch_hooks", "communication", "compiled", "has_validation",
            "log_eta_metrics", "manual_training_step", "plan_notes", "precision_spec", "predict_fit",
@@ -162,10 +163,9 @@ def step_code_key(module: LightningModule) -> str:
 
 def compiled(module: LightningModule) -> bool:
     """Whether ``torch.compile`` compiles the module or a part of it (the plan has no time for
-    the compilation, which the first batches pay)."""
-    from torch._dynamo.eval_frame import OptimizedModule
-
-    return bool(getattr(module, "_compiler_ctx", None)) or any(isinstance(m, OptimizedModule) for m in module.modules())
+    the compilation, which the first batches pay): Lightning's own ``_compiler_ctx`` or a
+    ``torch.compile``'d part."""
+    return bool(getattr(module, "_compiler_ctx", None)) or has_compiled_parts(module)
 
 
 def has_validation(trainer: Trainer) -> bool:

@@ -846,7 +846,7 @@ def _trace(
     mappings: list[str] = []
     if proxy_for_cuda:
         mappings.append("traced on CPU as a proxy for CUDA")
-    if _compiled(model):
+    if has_compiled_parts(model):
         mappings.append("torch.compile: the eager step is predicted (compiled kernels and compilation not modelled)")
 
     from torch.nn.utils.stateless import _reparametrize_module
@@ -965,7 +965,7 @@ def _autocast(spec: PrecisionSpec, device: torch.device, proxy_for_cuda: bool, m
         yield
 
 
-def _compiled(model: torch.nn.Module) -> bool:
+def has_compiled_parts(model: torch.nn.Module) -> bool:
     """Whether ``torch.compile`` wraps the model or a part of it (without importing the compiler,
     1-2 s, where nothing has)."""
     eval_frame = sys.modules.get("torch._dynamo.eval_frame")
