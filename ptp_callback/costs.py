@@ -385,13 +385,14 @@ def _contraction(name: str, args: tuple) -> tuple[float, tuple[int, int, int, in
                 shape.insert(d, 1)
             shapes.append(shape)
         size = [max(sides) for sides in zip(*shapes)]
-        has = [{d for d in range(len(size)) if d not in set(expand)} for expand in expands]
+        has = [set(range(len(size))) - set(expand) for expand in expands]
         first_sum = (has[0] & has[1] & sumdim) - has[2]
         left = (has[0] | has[1]) - first_sum
 
+        def extent(dims: set[int]) -> int:
+            return math.prod(size[d] for d in dims)
+
         def gemm(a: set[int], b: set[int], summed: set[int]) -> tuple[int, int, int, int]:
-            def extent(dims: set[int]) -> int:
-                return math.prod(size[d] for d in dims)
             return extent((a & b) - summed), extent(a - b), extent(b - a), extent(summed)
 
         gemms = [gemm(has[0], has[1], first_sum), gemm(left, has[2], (left & has[2] & sumdim))]
