@@ -88,7 +88,13 @@ def read_schedule(trainer: "pl.Trainer", *, start: FitStart | None = None) -> Fi
     # --- training data --------------------------------------------------------------------------
     loaded_train = False
     if fit_loop._combined_loader is None:
-        fit_loop.setup_data()  # collective in DDP; no-op without training_step / limit_train_batches=0
+        try:
+            fit_loop.setup_data()  # collective in DDP; no-op without training_step / limit_train_batches=0
+        except BaseException:
+            # setup_data keeps the loader it made before raising (a val_check_interval longer than an
+            # epoch); Lightning's own call would then skip the check and fit without validation.
+            _drop_train_loader(fit_loop)
+            raise
         loaded_train = fit_loop._combined_loader is not None
     if loaded_train and ckpt_state is not None and ckpt_state.get("state_dict", {}).get("combined_loader"):
         _drop_train_loader(fit_loop)  # keep Lightning's restore of the loader state working
@@ -106,6 +112,9 @@ def read_schedule(trainer: "pl.Trainer", *, start: FitStart | None = None) -> Fi
         trainer.validating = True  # as _FitLoop.on_run_start does around the same call
         try:
             val_loop.setup_data()  # collective in DDP
+        except BaseException:
+            val_loop._combined_loader = None  # as for the train loader: Lightning's call must raise again
+            raise
         finally:
             trainer.state.stage = stage
     val_counts = list(val_loop._max_batches) if enable_val else []

@@ -322,6 +322,16 @@ def test_untraceable_model_warns_once_and_falls_back():
     assert callback.eta_text  # measured timing still gives an ETA
 
 
+def test_lightnings_own_check_of_the_loaders_still_stops_a_misconfigured_fit():
+    # A validation interval longer than the epoch: Lightning refuses the fit once it has loaded the
+    # train loader. The schedule is read by that same loading, first; the fit must still be refused.
+    train, val = loaders(n=32)  # 4 batches an epoch
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PtpWarning)
+        with pytest.raises(ValueError, match="val_check_interval"):
+            trainer([PrecisionTimeCallback()], enable_progress_bar=False, val_check_interval=5).fit(Tiny(), train, val)
+
+
 class ReadsItsLoss(Tiny):
     def training_step(self, batch, batch_idx):
         x, y = batch
