@@ -39,8 +39,8 @@ from ptp_callback.run_readouts import RunReadouts
 
 from .lightning_module import (add_bar_metric, advise_precision, log_eta_metrics, plan_notes, precision_spec,
                                predict_fit, predicts_the_run_device, time_op_classes)
-from .lightning_schedule import (follow_reloaded_loader, read_checkpoints, read_schedule, time_limit_at_epoch_ends,
-                                 time_limit_cycle, time_limit_used, with_epoch_length)
+from .lightning_schedule import (announce_weights_only_saves, follow_reloaded_loader, read_checkpoints, read_schedule,
+                                 time_limit_at_epoch_ends, time_limit_cycle, time_limit_used, with_epoch_length)
 
 log = logging.getLogger("lightning.pytorch.ptp_callback")  # printed and configured like Lightning's own lines
 
@@ -91,6 +91,7 @@ class PrecisionTimeCallback(RunReadouts, Callback):
         self._warnings = OnceWarnings()
         self._logged_step = -1
         self._remove_bar_metric: Callable[[], None] = _nothing
+        self._forget_saves: Callable[[], None] = _nothing
         self._example: Any = None
         self._predict_at_train_start = False
         self._checkpoint: Any = None
@@ -101,7 +102,7 @@ class PrecisionTimeCallback(RunReadouts, Callback):
         forecaster holds the trainer, its bar metric a closure) does not."""
         state = self.__dict__.copy()
         state.update(forecaster=None, prediction=None, _example=None, _checkpoint=None, _active=False,
-                     _remove_bar_metric=_nothing)
+                     _remove_bar_metric=_nothing, _forget_saves=_nothing)
         return state
 
     # --------------------------------------------------------------------------- fit start
@@ -124,6 +125,7 @@ class PrecisionTimeCallback(RunReadouts, Callback):
         self._active = trainer.is_global_zero and self.forecaster is not None
         if not self._active:
             return
+        self._forget_saves = announce_weights_only_saves(trainer, lambda: self.on_save_checkpoint(trainer, pl_module, {}))
         spec = precision_spec(trainer)
         self.precision_label = spec.label if spec is not None else str(trainer.precision)
         schedule = self.forecaster.schedule
@@ -260,6 +262,7 @@ class PrecisionTimeCallback(RunReadouts, Callback):
     # ------------------------------------------------------------------------------ fit end
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._remove_bar_metric()
+        self._forget_saves()
         forecaster = self.forecaster
         if not self._active or forecaster is None:
             return
@@ -278,6 +281,7 @@ class PrecisionTimeCallback(RunReadouts, Callback):
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         self._remove_bar_metric()
+        self._forget_saves()
 
     # -------------------------------------------------------------------------------- resume
     def state_dict(self) -> dict[str, Any]:

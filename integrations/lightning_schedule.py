@@ -67,7 +67,7 @@ from ptp_callback.forecast import RunForecaster
 from ptp_callback.run_prediction import CheckpointFacts
 from ptp_callback.schedule import EPOCH_END, FitSchedule, FitStart, build_schedule
 
-__all__ = ["read_checkpoints", "read_schedule", "rest_of_fit", "time_limit_at_epoch_ends", "time_limit_cycle",
+__all__ = ["announce_weights_only_saves", "read_checkpoints", "read_schedule", "rest_of_fit", "time_limit_at_epoch_ends", "time_limit_cycle",
            "time_limit_used", "with_epoch_length"]
 
 
@@ -216,6 +216,30 @@ def read_checkpoints(trainer: "pl.Trainer", schedule: FitSchedule) -> tuple[tupl
             facts = CheckpointFacts(directory=cb.dirpath, weights_only=cb.save_weights_only,
                                     replaces_previous=cb.save_top_k > 0, buffered=saves_through_memory(trainer))
     return tuple(sorted(positions)), every_s, facts
+
+
+def announce_weights_only_saves(trainer: "pl.Trainer", on_save: Callable[[], None]) -> Callable[[], None]:
+    """Call ``on_save`` as each weights-only ``ModelCheckpoint`` of the trainer starts a save; returns
+    what undoes it. Lightning calls no callback's ``on_save_checkpoint`` for a weights-only save (only
+    the module's), so those checkpoints' ``_save_checkpoint`` is wrapped, on the instance, for the fit."""
+    wrapped = []
+    for cb in trainer.checkpoint_callbacks:
+        original = getattr(cb, "_save_checkpoint", None)
+        if not getattr(cb, "save_weights_only", False) or original is None or "_save_checkpoint" in vars(cb):
+            continue
+
+        def save(*args: Any, _original: Callable[..., Any] = original, **kwargs: Any) -> Any:
+            on_save()
+            return _original(*args, **kwargs)
+
+        cb._save_checkpoint = save
+        wrapped.append(cb)
+
+    def undo() -> None:
+        for cb in wrapped:
+            vars(cb).pop("_save_checkpoint", None)
+
+    return undo
 
 
 def saves_through_memory(trainer: "pl.Trainer") -> bool:

@@ -642,6 +642,20 @@ def test_a_fit_with_checkpoints_and_loader_workers_gives_the_events_the_forecast
     assert forecaster.remaining_s(forecaster._t) == 0.0
 
 
+def test_weights_only_saves_are_timed_as_saves(tmp_path):
+    # Lightning calls no callback's on_save_checkpoint for them; the plan counts them all the same.
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    callback = PrecisionTimeCallback(refresh_s=0.0)
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, save_top_k=-1, save_weights_only=True)
+    trainer([callback, checkpoint], enable_progress_bar=False, enable_checkpointing=True, max_epochs=3,
+            val_check_interval=1.0).fit(Tiny(), *loaders(n=64))
+    forecaster = callback.forecaster
+    assert len(os.listdir(tmp_path)) == len(forecaster.saves) == 3
+    assert forecaster.meters["save"].done == 3
+    assert "_save_checkpoint" not in vars(checkpoint)  # the checkpoint is left as it was
+
+
 def test_a_validation_runs_workers_live_through_the_training_batches_after_it_and_the_plan_pays_for_them():
     """Lightning ends a validation run at its loader's length, so the iterator is never exhausted
     and its forked workers live on until the next run: a CPU step after a run inside an epoch copies
