@@ -12,7 +12,9 @@ The rules are Lightning 2.6's ``ModelCheckpoint`` (``callbacks/model_checkpoint.
 * ``every_n_epochs=n`` (the default, 1, when no trigger is given): a save at the end of every n-th
   epoch -- on ``on_train_epoch_end``, or after each validation run of that epoch when validation runs
   more than once an epoch (``_should_save_on_train_epoch_end``);
-* never twice at the same ``global_step`` (``_should_skip_saving_checkpoint``);
+* never twice at the same ``global_step`` (``_should_skip_saving_checkpoint``) -- within one run: a
+  resumed fit does not restore the step last saved at, so resuming at a multiple of ``n`` with
+  gradient accumulation saves again after the first batch, which leaves ``global_step`` there;
 * ``save_last=True`` writes a second, full checkpoint after each save (``"link"`` only links it)
   and, if no save happened at all, one at the end of training;
 * ``save_top_k=0`` saves nothing but ``last``. With a ``monitor`` and ``save_top_k=k`` a save
@@ -85,6 +87,10 @@ def save_positions(schedule: FitSchedule, settings: CheckpointSettings) -> tuple
         events: list[tuple[int, int]] = []  # (position, order): batch end 0, validation end 1, epoch end 2
         if settings.every_n_train_steps >= 1:
             events += [(p, 0) for p in steps.multiples_in(begin, end, settings.every_n_train_steps)]
+            if i == 0 and begin < end:
+                resumed = steps.at(begin)
+                if resumed and resumed % settings.every_n_train_steps == 0 and steps.at(begin + 1) == resumed:
+                    events.append((begin + 1, 0))  # a resume forgets the save made there: see the module doc
         if by_epoch and not settings.on_epoch_end:
             events += [(p, 1) for p in vals[bisect.bisect_right(vals, begin):bisect.bisect_right(vals, end)]]
         if by_epoch and settings.on_epoch_end:

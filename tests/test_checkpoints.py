@@ -142,3 +142,18 @@ def test_the_step_of_the_first_save_is_never_zero():
     s = build_schedule(batches_per_epoch=2, accumulate=4, max_epochs=2, max_steps=None, val_check_batch=2,
                        check_val_every_n_epoch=1, val_batches_per_run=1)
     assert save_positions(s, CheckpointSettings()) == (2, 4)  # each epoch's last batch steps
+
+
+def test_a_resume_with_accumulation_at_a_saved_step_saves_there_again(tmp_path):
+    # ModelCheckpoint does not restore the step it last saved at: the resumed fit's first batch, which
+    # leaves global_step at the saved multiple, saves once more.
+    checkpoint = dict(dirpath=tmp_path / "ckpt", every_n_train_steps=2, save_top_k=-1, filename="{step}")
+    fit(tmp_path, ModelCheckpoint(**checkpoint), accumulate_grad_batches=2, max_epochs=2)
+    saves = Saves()
+    L.Trainer(callbacks=[saves, ModelCheckpoint(**checkpoint)], accelerator="cpu", max_epochs=2, logger=False,
+              enable_progress_bar=False, enable_model_summary=False, limit_val_batches=2, num_sanity_val_steps=0,
+              accumulate_grad_batches=2).fit(
+        Tiny(), DataLoader(TensorDataset(torch.randn(96, 8), torch.randint(0, 2, (96,))), batch_size=8),
+        ckpt_path=tmp_path / "ckpt" / "step=4.ckpt")
+    assert saves.actual[0] == 1  # the batch after the resume
+    assert list(saves.predicted) == [8 + b for b in saves.actual]  # the plan counts from the fit's start
