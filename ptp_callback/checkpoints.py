@@ -18,7 +18,9 @@ The rules are Lightning 2.6's ``ModelCheckpoint`` (``callbacks/model_checkpoint.
 * ``save_last=True`` writes a second, full checkpoint after each save (``"link"`` only links it)
   and, if no save happened at all, one at the end of training;
 * ``save_top_k=0`` saves nothing but ``last``. With a ``monitor`` and ``save_top_k=k`` a save
-  happens only when the metric is among the best k: every candidate is counted (an upper bound).
+  happens only when the metric is among the best k, and a step-triggered save before the metric
+  exists (before the first validation run) is put off to that run's end, several as one, or dropped
+  where saves follow the epoch's end: every candidate is counted (an upper bound).
 
 >>> from ptp_callback.schedule import build_schedule
 >>> s = build_schedule(batches_per_epoch=100, max_epochs=3, max_steps=None, val_check_batch=100,
