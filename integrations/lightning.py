@@ -37,8 +37,8 @@ from ptp_callback.report import plan_line, report_line
 from ptp_callback.run_prediction import RunPrediction
 from ptp_callback.run_readouts import RunReadouts
 
-from .lightning_module import (add_bar_metric, advise_precision, log_eta_metrics, plan_notes, precision_spec,
-                               predict_fit, predicts_the_run_device, time_op_classes)
+from .lightning_module import (add_bar_metric, advise_precision, log_eta_metrics, logs_now, plan_notes,
+                               precision_spec, predict_fit, predicts_the_run_device, time_op_classes)
 from .lightning_schedule import (announce_weights_only_saves, follow_reloaded_loader, read_checkpoints, read_schedule,
                                  time_limit_at_epoch_ends, time_limit_cycle, time_limit_used, with_epoch_length)
 
@@ -223,8 +223,11 @@ class PrecisionTimeCallback(RunReadouts, Callback):
             torch.cuda.synchronize(trainer.strategy.root_device)
         now = self.clock()
         forecaster.batch_end(now)
-        if self.refresh_eta(now):
-            self._logged_step = log_eta_metrics(trainer, self._logged_step, self.last_remaining_s,
+        refreshed = self.refresh_eta(now)
+        if logs_now(trainer, self._logged_step):
+            if not refreshed:
+                self.refresh_eta(now, force=True)
+            self._logged_step = log_eta_metrics(trainer, self.last_remaining_s,
                                                 self.prediction.step.step_s if self.prediction else None,
                                                 forecaster.batches.mean_s())
 

@@ -30,7 +30,7 @@ from ptp_callback.trace_cache import code_key
 from ptp_callback.tracer import has_compiled_parts
 
 __all__ = ["add_bar_metric", "advise_precision", "batch_hooks", "communication", "compiled", "has_validation",
-           "log_eta_metrics", "manual_training_step", "plan_notes", "precision_spec", "predict_fit",
+           "log_eta_metrics", "logs_now", "manual_training_step", "plan_notes", "precision_spec", "predict_fit",
            "predicts_the_run_device", "quiet_logging", "step_code_key", "traced_step", "training_step",
            "validation_step"]
 
@@ -295,14 +295,18 @@ def _train_example(trainer: Trainer, transform: Callable[[Any], Any]) -> tuple[A
     return loader, combined, sum(s for _b, s in examples)
 
 
-def log_eta_metrics(trainer: Trainer, logged_step: int, remaining_s: float | None, predicted_step_s: float | None,
+def logs_now(trainer: Trainer, logged_step: int) -> bool:
+    """Whether the trainer's loggers take the ETA now: at the steps the trainer logs at
+    (``log_every_n_steps``), once each (``logged_step``: the step last logged)."""
+    step = trainer.global_step
+    return bool(trainer.loggers) and bool(step) and not step % max(1, trainer.log_every_n_steps) and step != logged_step
+
+
+def log_eta_metrics(trainer: Trainer, remaining_s: float | None, predicted_step_s: float | None,
                     measured_batch_s: float | None) -> int:
     """``ptp/eta_s``, ``ptp/step_s_predicted`` and ``ptp/step_s_measured`` (an optimizer step:
-    batches x accumulation) to the trainer's loggers, at the steps the trainer logs at
-    (``log_every_n_steps``) and once each; returns the step last logged (``logged_step`` if not now)."""
+    batches x accumulation) to the trainer's loggers (see :func:`logs_now`); returns the step logged."""
     step = trainer.global_step
-    if not trainer.loggers or not step or step % max(1, trainer.log_every_n_steps) or step == logged_step:
-        return logged_step
     metrics = {} if remaining_s is None else {"ptp/eta_s": remaining_s}
     if predicted_step_s is not None:
         metrics["ptp/step_s_predicted"] = predicted_step_s
