@@ -200,6 +200,8 @@ class PrecisionTimeCallback(RunReadouts, Callback):
             with self._warnings.guard("timing op classes"):
                 self.corrections = time_op_classes(trainer, self.prediction, self.forecaster, self.clock)
         self.forecaster.train_start(self.clock(), limit_used_s=time_limit_used(trainer))
+        if getattr(trainer.fit_loop, "restarted_mid_epoch", False):  # Lightning skips on_train_epoch_start then
+            self.forecaster.epoch_start(self.clock())
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not self._active:

@@ -302,6 +302,20 @@ def test_resume_keeps_calibration_and_counts_only_what_is_left(tmp_path):
     assert second.summary.startswith(f"ptp: fit took {format_duration(whole)}, predicted before step one")
 
 
+def test_a_resume_from_a_checkpoint_saved_inside_an_epoch_times_that_epochs_start(tmp_path):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    train, _ = loaders(n=128)  # 16 batches an epoch
+    saves = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=7, save_top_k=-1, filename="{step}")
+    trainer([saves], enable_progress_bar=False, enable_checkpointing=True, max_epochs=3).fit(Tiny(), train)
+    callback = PrecisionTimeCallback()
+    trainer([callback], enable_progress_bar=False, max_epochs=3).fit(Tiny(), train, ckpt_path=tmp_path / "step=7.ckpt")
+    forecaster = callback.forecaster
+    # Lightning calls no on_train_epoch_start for the partial epoch it resumes in; the plan counts its start
+    assert forecaster.schedule.epoch_starts == (7, 16, 32)
+    assert forecaster.meters["epoch"].done == 3
+
+
 class DataDependent(Tiny):
     def training_step(self, batch, batch_idx):
         x, y = batch
