@@ -72,6 +72,7 @@ from .manual_step import ManualOptimization, ManualStep
 from .mask_checks import real_mask_checks
 from .meta_dispatch import MetaShortcut, empty_fake
 from .module_conversion import conversions_keep_fake_parameters
+from .module_state import module_state_kept
 from .optimizer_precision import eps_underflow
 from .packed_sequences import failed_over_packed_sequences, is_packing, run_packing
 from .precision import PrecisionSpec, as_precision
@@ -869,6 +870,7 @@ def _trace(
         if train and spec.grad_scaler:
             scaler = torch.amp.GradScaler(device.type)
             scaler._lazy_init_scale_growth_tracker(device)  # steady state: the scale exists
+        stack.enter_context(module_state_kept(model))  # exits last: after the parameters are put back
         stack.enter_context(_reparametrize_module(model, fakes, tie_weights=True, strict=False))
         stack.enter_context(conversions_keep_fake_parameters())
         stack.enter_context(_train_mode(model, train))

@@ -199,6 +199,36 @@ def test_user_model_and_optimizer_are_untouched():
     assert model.training  # mode restored
 
 
+class Memoizing(nn.Module):
+    """Keeps what its forward computes: a cached table, a lazily registered buffer, a memo dict, a log."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+        self.table = None
+        self.memo: dict[int, torch.Tensor] = {}
+        self.seen: list[str] = []
+
+    def forward(self, x):
+        if self.table is None:
+            self.table = torch.sin(torch.arange(x.shape[-1], dtype=x.dtype))
+        if "scale" not in self._buffers:
+            self.register_buffer("scale", torch.ones(8))
+        self.memo.setdefault(x.shape[0], x.mean(0))
+        self.seen.append(type(x).__name__)
+        return self.linear(x) * self.scale + self.table + self.memo[x.shape[0]]
+
+
+def test_what_a_traced_forward_keeps_on_its_modules_is_put_back():
+    # Kept, the fake tensors would be what the real step computes with afterwards.
+    model = Memoizing()
+    trace_step(model, (torch.randn(4, 8),), lambda m, b: m(b[0]).sum(), None, "32-true", target_type="cpu")
+    assert model.table is None and "scale" not in model._buffers and model.memo == {} and model.seen == []
+    loss = model(torch.randn(4, 8)).sum()
+    loss.backward()
+    assert type(loss) is torch.Tensor and type(model.linear.weight.grad) is torch.Tensor
+
+
 def test_meta_model_with_cpu_batch_and_no_real_memory():
     # 50,000 x 20,000 fp32 = 4 GB of weights (12 GB with AdamW state): only fakes may exist.
     with torch.device("meta"):
