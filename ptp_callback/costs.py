@@ -74,7 +74,7 @@ _CLASS_BY_NAME: dict[str, str] = {
                      "logsumexp", "_softmax", "_log_softmax", "_softmax_backward_data",
                      "_log_softmax_backward_data", "nll_loss_forward", "nll_loss_backward",
                      "nll_loss2d_forward", "nll_loss2d_backward", "mse_loss", "mse_loss_backward",
-                     "binary_cross_entropy_with_logits", "all", "any", "topk", "sort",
+                     "binary_cross_entropy_with_logits", "all", "any", "_is_all_true", "_is_any_true", "topk", "sort",
                      "_weight_norm_interface", "_weight_norm_interface_backward", "_ctc_loss",
                      "_ctc_loss_backward", "smooth_l1_loss", "smooth_l1_loss_backward", "huber_loss",
                      "huber_loss_backward", "binary_cross_entropy", "binary_cross_entropy_backward",
@@ -136,7 +136,7 @@ _FILL_OPS: frozenset[str] = frozenset((
 _DATA_MOVEMENT: frozenset[str] = frozenset((
     "copy_", "_to_copy", "clone", "contiguous", "cat", "stack", "index", "index_put_", "index_put", "_index_put_impl_",
     "index_select", "index_add", "index_add_", "index_copy", "index_copy_", "gather", "scatter", "scatter_",
-    "scatter_add", "scatter_add_", "scatter_reduce", "masked_fill", "masked_fill_", "masked_scatter", "masked_select", "where", "constant_pad_nd",
+    "scatter_add", "scatter_add_", "scatter_reduce", "masked_fill", "masked_fill_", "masked_scatter", "masked_scatter_backward", "masked_select", "where", "constant_pad_nd",
     "reflection_pad2d", "replication_pad2d", "repeat", "repeat_interleave", "_unsafe_index", "_unsafe_index_put",
     "slice_backward", "select_backward", "slice_scatter", "select_scatter", "diagonal_backward", "as_strided_scatter",
     "native_dropout", "native_dropout_backward", "tril", "triu", "tril_", "triu_", "roll", "flip", "narrow_copy",

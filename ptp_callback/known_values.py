@@ -56,6 +56,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake
 from torch.utils._pytree import tree_leaves, tree_map
 
 from .meta_dispatch import as_meta
+from .value_reads import STAND_IN
 
 VALUE_LIMIT = 1 << 22  # elements: 32 MB of int64, a few milliseconds of real work per op
 
@@ -114,6 +115,9 @@ class ValuedFakeTensorMode(FakeTensorMode):
             if finite is not None:  # a check of the model's numbers: finite, and keeping their invariants
                 with unset_fake_temporarily():
                     out.constant = torch.full(out.shape, finite, dtype=torch.bool)
+                out._ptp_checks_the_model = True  # read on a GPU, it waits for the model's numbers
+        elif isinstance(out, FakeTensor) and out.constant is not None and any(map(checks_the_model, fakes)):
+            out._ptp_checks_the_model = True  # computed from such an answer (``all`` of ``x == x``)
         if func in _FILLS and isinstance(out, FakeTensor) and out.constant is None and self._keeps_values(func, out):
             # A tensor filled with known values (``one_hot`` starts from zeros): keep them.
             with unset_fake_temporarily():
@@ -141,8 +145,18 @@ _FILLS = frozenset(op for op in (
 ))
 
 
-_ALL = frozenset((_aten.all.default, _aten.all.dim, _aten.all.dims))
+# ``torch._is_all_true``: ``torch.distributions`` checks its arguments' constraints with it by default.
+_ALL = frozenset((_aten.all.default, _aten.all.dim, _aten.all.dims, _aten._is_all_true.default))
+# A comparison of one number the model computed with a Python number (Adafactor's ``max(eps, rms)``).
+_COMPARE = {_aten.gt.Scalar: float.__gt__, _aten.lt.Scalar: float.__lt__, _aten.ge.Scalar: float.__ge__,
+            _aten.le.Scalar: float.__le__, _aten.eq.Scalar: float.__eq__, _aten.ne.Scalar: float.__ne__}
 _NOT_FINITE = frozenset((_aten.isnan.default, _aten.isinf.default, _aten.isposinf.default, _aten.isneginf.default))
+
+
+def checks_the_model(t: FakeTensor) -> bool:
+    """Whether ``t``'s value answers a check of the model's numbers (:func:`_as_finite`): reading it
+    on a GPU copies it from the device once the work before it is done."""
+    return getattr(t, "_ptp_checks_the_model", False)
 
 
 def _as_finite(func: Any, args: tuple) -> bool | None:
@@ -150,7 +164,8 @@ def _as_finite(func: Any, args: tuple) -> bool | None:
     step checks: ``isnan``/``isinf`` False; ``isfinite``, which is ``(x == x) * (x.abs() != inf)``,
     True (``x == x`` and ``x != inf`` True); ``all`` of a condition on them True (DETR's matcher
     checks that its predicted boxes' corners are in order, torchmetrics that its inputs are
-    probabilities). ``None`` for any other op, or an input with values."""
+    probabilities); a comparison of one such number with a Python number as the number would read
+    (``value_reads.STAND_IN``). ``None`` for any other op, or an input with values."""
     x = args[0] if args else None
     if func in _ALL and isinstance(x, FakeTensor) and x.constant is None and x.dtype == torch.bool:
         return True  # a check that the model's numbers keep an invariant (DETR: boxes' corners in order)
@@ -163,6 +178,8 @@ def _as_finite(func: Any, args: tuple) -> bool | None:
         return func is _aten.eq.Tensor
     if func in (_aten.eq.Scalar, _aten.ne.Scalar) and isinstance(other, float) and math.isinf(other):
         return func is _aten.ne.Scalar
+    if func in _COMPARE and x.numel() == 1 and isinstance(other, (int, float)) and not isinstance(other, bool):
+        return _COMPARE[func](STAND_IN, float(other))  # as the number would read (value_reads.STAND_IN)
     return None
 
 

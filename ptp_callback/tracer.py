@@ -59,8 +59,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import grouped_gemm
 from .attention import run_sdpa
-from .known_values import (ValuedFakeTensorMode, is_nms, known_number, reads_as_median, sized_by_values, spread_evenly,
-                           valued_fake)
+from .known_values import (ValuedFakeTensorMode, checks_the_model, is_nms, known_number, reads_as_median,
+                           sized_by_values, spread_evenly, valued_fake)
 from .batches import map_batch
 from .costs import OpCost, describe_op, is_known, op_kind, tensors_in
 from .cuda_autocast import casts_to_fp32, cuda_autocast_on_cpu
@@ -290,6 +290,7 @@ class _Recorder(TorchDispatchMode):
         self.failed_op: str | None = None
         self.unknown: dict[str, int] = {}  # ops the cost model has no rule for, and how often
         self.numbers_read = 0  # numbers the step read from its model's values (stand-ins given)
+        self.checks_read = 0  # answers to checks of the model's numbers read (known_values.checks_the_model)
         self.live = LiveBytes()  # what the step's new tensors hold at once
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
@@ -306,7 +307,7 @@ class _Recorder(TorchDispatchMode):
             # autograd's checks): answer here as FakeTensorMode would, without its dispatch. A
             # real run reads a field, so this is no host work of the step either.
             return args[0].fake_device
-        numbers_read = self.numbers_read
+        numbers_read, checks_read = self.numbers_read, self.checks_read
         try:
             out = None if _skips_dispatch(func, args) else self._run(func, args, kwargs)
         except Exception:
@@ -330,13 +331,14 @@ class _Recorder(TorchDispatchMode):
         self.record(str(func), cost, (args, kwargs), out, _replay_spec(args, kwargs) if cost.kernels else None)
         if self.cuda_target and is_nms(func):
             self.pseudo("ptp.sync")  # torchvision's CUDA kernel copies its overlap mask to the host
-        elif self.cuda_target and self.numbers_read > numbers_read:  # ``_run`` gave a stand-in
-            self.wait_for_device()
+        elif self.cuda_target and (self.numbers_read > numbers_read or self.checks_read > checks_read):
+            self.wait_for_device()  # ``_run`` read a number of the model's, or the answer to a check of them
         return out
 
     def _run(self, func: Any, args: tuple, kwargs: dict) -> Any:
         if func is _LOCAL_SCALAR and isinstance(args[0], FakeTensor):
             if args[0].constant is not None:
+                self.checks_read += checks_the_model(args[0])
                 with unset_fake_temporarily():  # what the fake mode returns, without its dispatch
                     return args[0].constant.item()
             if args[0].is_floating_point():

@@ -384,6 +384,47 @@ def test_a_number_the_model_computed_reads_as_the_stand_in_and_waits_for_a_gpu(t
     assert any("reads values its model computed 1 time(s)" in note for note in prediction.notes)
 
 
+class Gaussian(nn.Module):
+    """A VAE's encoder: torch.distributions checks its arguments' constraints (validate_args)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(8, 6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mu, log_var = self.layer(x).chunk(2, -1)
+        return torch.distributions.Normal(mu, (0.5 * log_var).exp(), validate_args=True).rsample()
+
+
+@pytest.mark.parametrize("target_type", ["cuda", "cpu"])
+def test_a_distributions_check_of_its_arguments_passes_and_waits_for_a_gpu(target_type):
+    trace = trace_step(Gaussian(), (torch.randn(4, 8),), lambda m, b: m(b[0]).square().mean(), None, "32-true",
+                       target_type=target_type)
+    checks = [i for i, op in enumerate(trace.ops) if op.name == "aten._is_all_true.default"]
+    assert len(checks) == 2  # the mean's and the scale's constraints
+    syncs = [i for i, op in enumerate(trace.ops) if op.name == "ptp.sync"]
+    assert syncs == ([i + 2 for i in checks] if target_type == "cuda" else [])  # after each read of the answer
+    assert trace.numbers_read == 0 and "aten._is_all_true.default" not in trace.unknown_ops
+
+
+def test_a_comparison_of_one_number_the_model_computed_reads_it_as_the_stand_in():
+    # transformers' Adafactor scales its step by max(eps, rms), a 0-d tensor of the parameter's values
+    from transformers.optimization import Adafactor
+
+    model = Linear()
+    trace = trace_step(model, (torch.randn(4, 8), torch.randint(0, 3, (4,))),
+                       lambda m, b: F.cross_entropy(m(b[0]), b[1]), Adafactor(model.parameters()), "32-true")
+    assert trace.optimizer_name == "Adafactor" and any(op.phase == "optimizer" for op in trace.ops)
+
+    def step(model: nn.Module, batch: tuple) -> torch.Tensor:
+        loss = F.cross_entropy(model(batch[0]), batch[1])
+        if loss > 1e4 or not loss >= 0.5:  # as 1.0 would answer: neither
+            raise FloatingPointError("a step with a usual loss does not come here")
+        return loss
+
+    trace_step(Linear(), (torch.randn(4, 8), torch.randint(0, 3, (4,))), step, None, "32-true")
+
+
 def test_reading_many_numbers_in_a_row_waits_for_the_gpu_once():
     def step(model: nn.Module, batch: tuple) -> torch.Tensor:
         out = model(batch[0])
