@@ -84,8 +84,20 @@ _TO_COPY = aten._to_copy.default
 _FILLED_LIKE = frozenset({aten.zeros_like.default, aten.ones_like.default, aten.empty_like.default})
 # ``torch.tensor(...)`` of host data (an optimizer's step count, once per parameter).
 _LIFT_FRESH = aten.lift_fresh.default
+# GEMMs whose meta kernels accept operands of two dtypes, which every real kernel refuses: where
+# each op finds its two matrices in its arguments.
+_SCALAR_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.bfloat16: "BFloat16", torch.float16: "Half"}
+_MATRICES = {aten.mm.default: (0, 1), aten.addmm.default: (1, 2), aten._addmm_activation.default: (1, 2)}
 
 Signature = tuple[Any, ...]
+
+
+def _check_same_dtype(args: tuple, first: int, second: int) -> None:
+    """Refuse a GEMM of two dtypes as CPU and CUDA kernels do (an fp32 input to a bf16 ``Linear``)."""
+    a, b = (args[i] if len(args) > i else None for i in (first, second))
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype != b.dtype:
+        names = [_SCALAR_NAMES.get(t.dtype, str(t.dtype)) for t in (a, b)]
+        raise RuntimeError(f"mat1 and mat2 must have the same dtype, but got {names[0]} and {names[1]}")
 
 
 class _Layout(NamedTuple):
@@ -112,6 +124,8 @@ class MetaShortcut:
 
     def run(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """The op's fake outputs, or ``NotImplemented`` when it must go through the fake mode."""
+        if func in _MATRICES:
+            _check_same_dtype(args, *_MATRICES[func])
         if func is _RESHAPE_ALIAS:
             return _reshaped_alias(args, kwargs)
         if func is _LIFT_FRESH:

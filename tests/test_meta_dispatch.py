@@ -8,7 +8,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
-from ptp_callback import trace_step
+from ptp_callback import TraceError, trace_step
 from ptp_callback import meta_dispatch
 from ptp_callback.meta_dispatch import MetaShortcut
 
@@ -421,3 +421,20 @@ def test_the_meta_path_makes_the_fake_tensors_the_fake_mode_makes():
         del mode, x, g, fast, slow
         gc.collect()
         assert alive() is None, device
+
+
+@pytest.mark.parametrize("precision", ["bf16-true", "16-true"])
+def test_a_gemm_of_two_dtypes_stops_the_trace_as_it_stops_a_real_step(precision):
+    # An fp32 input to a half-precision Linear: torch's meta kernels of mm/addmm accept it, no real kernel does.
+    class Casts(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = nn.Linear(8, 8)
+
+        def forward(self, x):
+            return self.layer(x.float()).mean()
+
+    with pytest.raises(TraceError, match="mat1 and mat2 must have the same dtype, but got Float and (BFloat16|Half)"):
+        trace_step(Casts(), (torch.randn(4, 8),), lambda m, b: m(b[0]), None, precision, target_type="cuda")
+    with pytest.raises(RuntimeError, match="mat1 and mat2 must have the same dtype"):
+        Casts().to(torch.bfloat16)(torch.randn(4, 8))  # what the real step does
