@@ -327,6 +327,14 @@ def _from_config(source: str, batch_size: int | None, seq_len: int | None) -> tu
 
 def _token_batch(model: torch.nn.Module, config: Any, batch_size: int | None, seq_len: int | None) -> dict[str, Any]:
     """Token ids and labels for a language model (class labels for a sequence classifier)."""
+    try:
+        inputs = [name for name in inspect.signature(model.forward).parameters if name != "self"]
+    except (TypeError, ValueError):
+        inputs = ["input_ids", "labels"]
+    if "input_ids" not in inputs or "labels" not in inputs:
+        raise ValueError(f"{type(model).__name__} does not train on token ids and labels (its forward takes "
+                         f"{', '.join(inputs[:4])}, ...): from a config.json `ptp predict` builds token batches only; "
+                         "give this model as a factory returning it and an example batch (`file.py:factory`)")
     longest = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or 512
     b, s = batch_size or 8, seq_len or min(512, int(longest))
     if s > longest:

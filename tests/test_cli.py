@@ -95,6 +95,17 @@ def test_predict_from_a_hugging_face_config(tmp_path, capsys):
     assert all(r["step_s"] > 0 for r in data["rows"])
 
 
+def test_a_config_of_a_model_that_takes_no_token_ids_says_to_give_a_factory(tmp_path, capsys):
+    transformers = pytest.importorskip("transformers")
+    config = transformers.ViTConfig(num_hidden_layers=1, hidden_size=32, num_attention_heads=2, intermediate_size=64,
+                                    architectures=["ViTForImageClassification"])
+    config.save_pretrained(tmp_path)
+    code, out, err = run(capsys, "predict", str(tmp_path / "config.json"))
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "ViTForImageClassification does not train on token ids and labels (its forward takes pixel_values" in err
+    assert "give this model as a factory returning it and an example batch" in err
+
+
 @pytest.mark.parametrize("argv, message", [
     (["predict", "cli_models:mlp", "--device", "h10"], "'h10' is not a known GPU; did you mean h100"),
     (["predict", "cli_models"], "'cli_models': expected module:factory"),
