@@ -309,7 +309,7 @@ class DataDependent(nn.Module):
 
     def forward(self, x):
         h = self.net(x)
-        return h if h.sum() > 0 else -h  # reads a value: cannot run on fake tensors
+        return h + h.new_zeros(int((h > 0).sum())).sum()  # a size its values decide: cannot run on fake tensors
 
 
 def test_an_untraceable_model_trains_on_with_one_warning_and_a_measured_eta(capfd):
