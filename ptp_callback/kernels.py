@@ -440,11 +440,30 @@ def conv_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> fl
         body = max(compute, cost.bytes / conv_bandwidth)
     passes_of_layout = pick(coef.extra, ("conv_layout_passes", kind, direction, family), 1.0)
     layout = memory_seconds(cost.layout_bytes * passes_of_layout, device, coef, "elementwise", cost.dtype)
+    byte_passes = pick(coef.extra, ("cpu_conv_byte_passes", kind, direction, family), 0.0)
+    if byte_passes and _cpu_rooflines(coef):
+        # oneDNN: a stride's data gradient slower, and passes over the tensors (their reorders into
+        # and out of its blocked layouts, a half dtype's from NCHW among them) that add to the math.
+        strided = bool(cost.dims) and cost.dims[7] > 1
+        body = compute * (1.0 + strided * pick(coef.extra, ("cpu_conv_strided", kind, direction, family), 0.0))
+        moved, weights = cost.bytes + cost.layout_bytes, _conv_weight_bytes(cost)
+        if slowdown != 1.0:  # a half dtype's fallback kernels: the fp32 call's time at the probed slowdown
+            moved, weights = _fp32_bytes(cost.bytes, cost.dtype), _fp32_bytes(weights, cost.dtype)
+        weight_passes = pick(coef.extra, ("cpu_conv_weight_passes", kind, direction, family), byte_passes)
+        layout = slowdown * ((moved - weights) * byte_passes + weights * weight_passes) / _bandwidth(device)
     aux = _bias_seconds(cost, device, coef, per_element=True)
-    latency = pick(coef.latency_s, ("conv", kind, direction), 0.0)
+    latency = pick(coef.latency_s, ("conv", kind, direction, family), 0.0)
     if kind == "grouped" and cost.dims and not packing:
         latency += cost.dims[6] * pick(coef.latency_s, ("conv", kind, "per_group"), 0.0)
     return body + layout + aux + latency
+
+
+def _conv_weight_bytes(cost: OpCost) -> float:
+    """Bytes of a convolution's weight (``c_out x c_in / groups x kernel_pixels``, ``costs._conv_dims``)."""
+    if len(cost.dims) < 7:
+        return 0.0
+    n, c_in, c_out, _in_pixels, _out_pixels, kernel_pixels, groups = cost.dims[:7]
+    return c_out * c_in / max(1, groups) * kernel_pixels * _ITEMSIZE.get(cost.dtype, 4)
 
 
 def _bias_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients, per_element: bool = False) -> float:
@@ -759,6 +778,10 @@ def _kernel_seconds(op: OpRecord, device: DeviceSpec, coef: CostCoefficients) ->
     moved = cost.bytes + cost.aux_bytes
     if cost.kernel == STRIDED_CAT and not _cpu_rooflines(coef):
         moved = per_element_bytes(cost)
+    if cost.op_class.startswith("batch_norm") and _cpu_rooflines(coef):
+        # A CPU's half-precision batch norm moves its own bytes (the fp32 width it is recorded at
+        # is CUDA's: ``costs._ELEMENT_BOUND``); its arithmetic per element is the probe's.
+        moved *= _ITEMSIZE.get(cost.dtype, 4) / 4
     if op.phase == "optimizer" and cost.op_class == "elementwise" and "reuse_bw_gbs" in coef.extra:
         # A CPU: a per-parameter optimizer runs its few ops over one parameter's tensors in turn,
         # which stay in the last-level cache between them (a step's other ops stream from memory),

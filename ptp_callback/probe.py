@@ -112,7 +112,8 @@ def _cache_path(device: torch.device) -> str:
     # v11: a CPU's copy rate through its last-level cache, which older caches lack.
     # v12: a CPU's rate of SDPA's safe softmax, which older caches lack.
     # v13: a CPU's tiny reference training step, which older caches lack.
-    key = hashlib.sha1(f"{_device_name(device)}|{torch.__version__}|v13".encode()).hexdigest()[:16]
+    # v14: a CPU's batch norm rates per element, forward and backward, which older caches lack.
+    key = hashlib.sha1(f"{_device_name(device)}|{torch.__version__}|v14".encode()).hexdigest()[:16]
     return os.path.join(cache_dir(), f"probe-{device.type}-{key}.json")
 
 
@@ -390,6 +391,9 @@ ELEMENT_ALIASES: dict[str, str] = {
     "bernoulli": "bernoulli_", "_fused_dropout": "native_dropout", "rand": "uniform_", "rand_like": "uniform_",
     "randn": "normal_", "randn_like": "normal_", "exp_": "exp", "log_": "log", "tanh_": "tanh",
     "sigmoid_": "sigmoid", "silu_": "silu", "elu_": "elu", "sin_": "sin", "cos_": "cos",
+    **dict.fromkeys(("_native_batch_norm_legit", "_native_batch_norm_legit_functional", "_batch_norm_with_update",
+                     "_batch_norm_with_update_functional"), "native_batch_norm"),
+    "batch_norm_backward": "native_batch_norm_backward",
 }
 
 
@@ -398,7 +402,8 @@ ELEMENT_ALIASES: dict[str, str] = {
 # Xeon with AMX-BF16, 2026-11-27, over 64K elements: mul 0.12 ns an element in bf16, 0.08 in fp32;
 # tanh 0.77 against 0.17).
 HALF_ELEMENT_OPS = ("mul", "exp", "tanh", "sigmoid", "erf", "gelu", "gelu_backward", "silu", "silu_backward",
-                    "_softmax", "_log_softmax", "_log_softmax_backward_data")
+                    "_softmax", "_log_softmax", "_log_softmax_backward_data", "native_batch_norm",
+                    "native_batch_norm_backward")
 
 
 def element_ops(n: int, device: torch.device, dtype: torch.dtype = torch.float32) -> dict[str, Callable[[], object]]:
@@ -410,8 +415,10 @@ def element_ops(n: int, device: torch.device, dtype: torch.dtype = torch.float32
     (``tanh`` 2.5 ns, ``exp`` 0.8) and pools NCHW maps window by window (a 2x2 max pool with its
     indices 2.2 ns an input element on a 2-thread Xeon, 15 times a copy; an audio convnet's two
     max pools took 11.5 ms of its 30 ms forward, priced 5.3 by their bytes). A GPU does all of them
-    at its memory bandwidth. Pools are timed over 2x2 windows; a time is per element of the op's
-    largest tensor (:func:`kernels.element_seconds`)."""
+    at its memory bandwidth. Pools are timed over 2x2 windows. A training batch norm takes longer
+    in fp32 than a half-precision input's (2-thread Xeon, 2026-11-29, 16 channels of 16x16 maps:
+    forward 0.85 ns an element in fp32, 0.32 from bf16). A time is per element of the op's largest
+    tensor (:func:`kernels.element_seconds`)."""
     aten = torch.ops.aten
     x = torch.randn(n, device=device).to(dtype)
     grad, positive, out = torch.randn_like(x), x.abs() + 0.1, torch.empty_like(x)
@@ -420,11 +427,20 @@ def element_ops(n: int, device: torch.device, dtype: torch.dtype = torch.float32
     maps = x.view(-1, 1, 16, 16)
     pooled, indices = aten.max_pool2d_with_indices(maps, [2, 2], [2, 2])
     pooled_grad = torch.randn_like(pooled)
+    # A training batch norm over 16 channels of 16x16 maps, its weights and statistics in fp32 as
+    # under autocast (a half-precision input).
+    channels = torch.ones(16, device=device)
+    norm_args = (channels, torch.zeros_like(channels), torch.zeros_like(channels), torch.ones_like(channels))
+    normed = x.view(-1, 16, 16) if n % 4096 else x.view(-1, 16, 16, 16)
+    _, mean, invstd = aten.native_batch_norm(normed, *norm_args, True, 0.1, 1e-5)
     return {
         "max_pool2d_with_indices": lambda: aten.max_pool2d_with_indices(maps, [2, 2], [2, 2]),
         "max_pool2d_with_indices_backward": lambda: aten.max_pool2d_with_indices_backward(
             pooled_grad, maps, [2, 2], [2, 2], [0, 0], [1, 1], False, indices),
         "avg_pool2d": lambda: aten.avg_pool2d(maps, [2, 2], [2, 2]),
+        "native_batch_norm": lambda: aten.native_batch_norm(normed, *norm_args, True, 0.1, 1e-5),
+        "native_batch_norm_backward": lambda: aten.native_batch_norm_backward(
+            normed, normed, channels, norm_args[2], norm_args[3], mean, invstd, True, 1e-5, [True, True, True]),
         "bernoulli_": lambda: out.bernoulli_(0.9),
         "native_dropout": lambda: aten.native_dropout(x, 0.1, True),
         "uniform_": lambda: out.uniform_(),
@@ -656,17 +672,26 @@ def cpu_spec(result: ProbeResult) -> DeviceSpec:
     )
 
 
-# A CPU convolution's compute efficiency per kernel family and direction (of the probed GEMM peak):
-# dense ones run near it, 1x1 and grouped ones well below.
-# In bf16 (of the probed bf16 peak, AMX's on the Xeon they were measured on: 16 random convolutions)
-# far lower: 0.36 dense forward, 0.22 backward, 1x1 ones 0.05-0.07.
-CPU_CONV_EFF = {"conv:dense:fwd": 1.0, "conv:dense_3x3:fwd": 1.0, "conv:dense:bwd": 0.85, "conv:dense_3x3:bwd": 0.85,
-                "conv:pointwise": 0.35, "conv:strided_pointwise": 0.35, "conv:grouped:fwd": 0.25,
-                "conv:grouped:bwd": 0.3,
-                **{f"conv:{family}:{direction}:bf16": eff for family in ("dense", "dense_3x3")
-                   for direction, eff in (("fwd", 0.36), ("bwd", 0.22))},
-                **{f"conv:{family}:{direction}:bf16": eff for family in ("pointwise", "strided_pointwise")
-                   for direction, eff in (("fwd", 0.05), ("bwd", 0.07))}}
+# A CPU's convolutions (oneDNN) by kernel family, direction and dtype: their implicit GEMMs at a
+# fraction of the probed GEMM peak (above 1: faster than the probe's three GEMM shapes), a strided
+# one's slower (``CPU_CONV_STRIDED``), plus passes over their tensors at the probed rate beyond the
+# caches (``CPU_CONV_BYTE_PASSES`` over the activations and gradients, ``CPU_CONV_WEIGHT_PASSES``
+# over the weights: the reorders between NCHW and the blocked layouts oneDNN computes in, a bf16
+# weight gradient's conversions) and a fixed cost per call (``CPU_CONV_CALL_OPS``, in small ops).
+# Fitted on 80 random dense and 1x1 convolutions (3-512 channels, 2x2 to 64x64 maps, filters of
+# 1-7, strides 1 and 2), forward and backward, fp32 and bf16 (autocast's), on a 2-thread Xeon with
+# AMX (2026-11-29). On 85 others the median error of fp32 forward, fp32 backward, bf16 forward and
+# bf16 backward went from 12%, 31%, 56% and 61% (30 of them, the rule before: one efficiency per
+# family and direction) to 5-12%, 11-14%, 12-20% and 10-31%. Grouped ones keep their efficiencies.
+_FITTED_CONV_FAMILIES = ("dense", "dense_3x3", "pointwise", "strided_pointwise")
+CPU_CONV_EFF = {**{f"conv:{family}:{direction}{half}": eff for family in _FITTED_CONV_FAMILIES
+                   for direction, half, eff in (("fwd", "", 1.28), ("bwd", "", 0.96), ("fwd", ":bf16", 1.8),
+                                                ("bwd", ":bf16", 2.3))},
+                "conv:grouped:fwd": 0.25, "conv:grouped:bwd": 0.3}
+CPU_CONV_STRIDED = {"fwd": 0.09, "bwd": 0.49, "fwd:bf16": 0.15, "bwd:bf16": 1.57}
+CPU_CONV_BYTE_PASSES = {"fwd": 1.75, "bwd": 2.3, "fwd:bf16": 1.1, "bwd:bf16": 2.0}
+CPU_CONV_WEIGHT_PASSES = {"fwd": 3.0, "bwd": 1.3, "fwd:bf16": 2.5, "bwd:bf16": 17.0}
+CPU_CONV_CALL_OPS = {"fwd": 26, "bwd": 166, "fwd:bf16": 49, "bwd:bf16": 184}
 
 
 # A GEMM's or convolution's rate inside a CPU training step, relative to the probe's best-of-three
@@ -702,8 +727,8 @@ def cpu_coefficients(result: ProbeResult) -> CostCoefficients:
         # (median error 46% -> 14%), checked on 48 others (60% -> 20%).
         conv_eff={"conv": 0.6, **CPU_CONV_EFF},
         attention_eff={"attention": 0.4},
-        mem_eff={"elementwise": 0.8, "cast": 0.6, "reduction": 0.6, "norm": 0.4, "batch_norm": 0.3,
-                 "batch_norm_native": 0.3, "pool": 0.3, "embedding": 0.3, "optimizer": 0.7, "scaler": 0.5,
+        mem_eff={"elementwise": 0.8, "cast": 0.6, "reduction": 0.6, "norm": 0.4, "batch_norm": 0.6,
+                 "batch_norm_native": 0.6, "pool": 0.3, "embedding": 0.3, "optimizer": 0.7, "scaler": 0.5,
                  "conv_dw": 0.3, "conv": 0.3, "gemm": 0.8, "attention": 0.6},
         kernel_floor_s=0.0,
         host_op_s={"forward": result.small_op_s + result.autograd_op_s, "backward": result.autograd_op_s,
@@ -719,6 +744,8 @@ def cpu_coefficients(result: ProbeResult) -> CostCoefficients:
         # CPU, whose per-op costs the probe measured.
         latency_s={**{f"conv:{family}:{direction}": calls * small for family in CONV_FAMILIES
                       for direction, calls in (("fwd", 28), ("bwd", 56))},
+                   **{f"conv:{family}:{key}": calls * small for family in _FITTED_CONV_FAMILIES
+                      for key, calls in CPU_CONV_CALL_OPS.items()},
                    "conv_dw:fwd": 28 * small, "conv_dw:bwd": 56 * small,
                    "conv_dw:wgrad_gemm:per_map": 0.09 * small},
         host_call_s={},
@@ -746,6 +773,12 @@ def cpu_coefficients(result: ProbeResult) -> CostCoefficients:
         extra={**{k: v for k, v in base.extra.items()
                   if not k.startswith(("batch_norm", "reference_bw_gbs", "reference_sm_count"))},
                "host_scale": 1.0, "gemm_model": "roofline", "gemm_half_rate_dim": half_dim,
+               **{f"cpu_conv_strided:{family}:{key}": v for family in _FITTED_CONV_FAMILIES
+                  for key, v in CPU_CONV_STRIDED.items()},
+               **{f"cpu_conv_byte_passes:{family}:{key}": v for family in _FITTED_CONV_FAMILIES
+                  for key, v in CPU_CONV_BYTE_PASSES.items()},
+               **{f"cpu_conv_weight_passes:{family}:{key}": v for family in _FITTED_CONV_FAMILIES
+                  for key, v in CPU_CONV_WEIGHT_PASSES.items()},
                "synchronous": True, "host_speed": host_speed(result.small_op_s, base), "cache_bytes": 4e6,
                "fresh_byte_s": result.fault_s_per_byte,
                "gemm_transposed_speedup": transposed_speedup(result),
