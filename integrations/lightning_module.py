@@ -298,8 +298,10 @@ def _train_example(trainer: Trainer, transform: Callable[[Any], Any]) -> tuple[A
 def logs_now(trainer: Trainer, logged_step: int) -> bool:
     """Whether the trainer's loggers take the ETA now: at the steps the trainer logs at
     (``log_every_n_steps``), once each (``logged_step``: the step last logged)."""
+    if not trainer.loggers:
+        return False
     step = trainer.global_step
-    return bool(trainer.loggers) and bool(step) and not step % max(1, trainer.log_every_n_steps) and step != logged_step
+    return bool(step) and not step % max(1, trainer.log_every_n_steps) and step != logged_step
 
 
 def log_eta_metrics(trainer: Trainer, remaining_s: float | None, predicted_step_s: float | None,
