@@ -83,8 +83,9 @@ def measured(layer: nn.Module, x: torch.Tensor) -> dict[str, float]:
 def conv_shapes(rng: random.Random, n: int, deep: bool) -> list[tuple[int, ...]]:
     def draw() -> tuple[int, ...]:
         if deep:
-            return (rng.choice([8, 16, 32, 64]), rng.choice([3, 64, 128, 256, 384, 512]), rng.choice([64, 128, 256, 512]),
-                    rng.choice([2, 4, 7, 8, 14, 16, 32, 64]), rng.choice([1, 3, 3, 7]), rng.choice([1, 1, 2]))
+            return (rng.choice([8, 16, 32, 64]), rng.choice([3, 64, 128, 256, 384, 512]),
+                    rng.choice([64, 128, 256, 512]), rng.choice([2, 4, 7, 8, 14, 16, 32, 64]), rng.choice([1, 3, 3, 7]),
+                    rng.choice([1, 1, 2]))
         return (rng.choice([8, 16, 32, 64]), rng.choice([3, 16, 32, 48, 64, 96, 128, 256]),
                 rng.choice([16, 32, 64, 128, 256]), rng.choice([7, 8, 14, 16, 28, 32, 56]), rng.choice([1, 3, 3, 3, 5]),
                 rng.choice([1, 1, 2]))
@@ -119,7 +120,8 @@ def main() -> None:
     print(f"CPU convolutions and batch norms against their pricing, {time.strftime('%Y-%m-%d %H:%M')}, "
           f"torch {torch.__version__}, {torch.get_num_threads()} threads, seed {args.seed}")
     errors: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
-    cases = [("conv", s) for s in conv_shapes(rng, args.convs, args.deep)] + [("norm", s) for s in norm_shapes(rng, args.norms)]
+    cases = [("conv", s) for s in conv_shapes(rng, args.convs, args.deep)]
+    cases += [("norm", s) for s in norm_shapes(rng, args.norms)]
     for kind, shape in cases:
         for precision, dtype in (("32-true", torch.float32), ("bf16-mixed", torch.bfloat16)):
             if kind == "conv":
@@ -148,7 +150,8 @@ def main() -> None:
             absolute = sorted(abs(error) for error, _ in chosen)
             if absolute:
                 p90 = absolute[min(len(absolute) - 1, int(0.9 * len(absolute)))]
-                summary.append(f"{label} {100 * statistics.median(absolute):3.0f}% / {100 * p90:3.0f}% ({len(absolute)})")
+                median = statistics.median(absolute)
+                summary.append(f"{label} {100 * median:3.0f}% / {100 * p90:3.0f}% ({len(absolute)})")
         print(f"  {kind:5s} {precision:10s} {part}: " + ", ".join(summary))
 
 

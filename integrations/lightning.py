@@ -125,7 +125,8 @@ class PrecisionTimeCallback(RunReadouts, Callback):
         self._active = trainer.is_global_zero and self.forecaster is not None
         if not self._active:
             return
-        self._forget_saves = announce_weights_only_saves(trainer, lambda: self.on_save_checkpoint(trainer, pl_module, {}))
+        self._forget_saves = announce_weights_only_saves(
+            trainer, lambda: self.on_save_checkpoint(trainer, pl_module, {}))
         spec = precision_spec(trainer)
         self.precision_label = spec.label if spec is not None else str(trainer.precision)
         schedule = self.forecaster.schedule

@@ -67,8 +67,8 @@ from ptp_callback.forecast import RunForecaster
 from ptp_callback.run_prediction import CheckpointFacts
 from ptp_callback.schedule import EPOCH_END, FitSchedule, FitStart, build_schedule
 
-__all__ = ["announce_weights_only_saves", "read_checkpoints", "read_schedule", "rest_of_fit", "time_limit_at_epoch_ends", "time_limit_cycle",
-           "time_limit_used", "with_epoch_length"]
+__all__ = ["announce_weights_only_saves", "read_checkpoints", "read_schedule", "rest_of_fit",
+           "time_limit_at_epoch_ends", "time_limit_cycle", "time_limit_used", "with_epoch_length"]
 
 
 def read_schedule(trainer: "pl.Trainer", *, start: FitStart | None = None) -> FitSchedule:

@@ -462,7 +462,7 @@ def _conv_weight_bytes(cost: OpCost) -> float:
     """Bytes of a convolution's weight (``c_out x c_in / groups x kernel_pixels``, ``costs._conv_dims``)."""
     if len(cost.dims) < 7:
         return 0.0
-    n, c_in, c_out, _in_pixels, _out_pixels, kernel_pixels, groups = cost.dims[:7]
+    _batch, c_in, c_out, _in_pixels, _out_pixels, kernel_pixels, groups = cost.dims[:7]
     return c_out * c_in / max(1, groups) * kernel_pixels * _ITEMSIZE.get(cost.dtype, 4)
 
 

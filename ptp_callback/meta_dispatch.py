@@ -84,9 +84,9 @@ _TO_COPY = aten._to_copy.default
 _FILLED_LIKE = frozenset({aten.zeros_like.default, aten.ones_like.default, aten.empty_like.default})
 # ``torch.tensor(...)`` of host data (an optimizer's step count, once per parameter).
 _LIFT_FRESH = aten.lift_fresh.default
+_SCALAR_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.bfloat16: "BFloat16", torch.float16: "Half"}
 # GEMMs whose meta kernels accept operands of two dtypes, which every real kernel refuses: where
 # each op finds its two matrices in its arguments.
-_SCALAR_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.bfloat16: "BFloat16", torch.float16: "Half"}
 _MATRICES = {aten.mm.default: (0, 1), aten.addmm.default: (1, 2), aten._addmm_activation.default: (1, 2)}
 
 Signature = tuple[Any, ...]
