@@ -440,7 +440,8 @@ def element_ops(n: int, device: torch.device, dtype: torch.dtype = torch.float32
         "avg_pool2d": lambda: aten.avg_pool2d(maps, [2, 2], [2, 2]),
         "native_batch_norm": lambda: aten.native_batch_norm(normed, *norm_args, True, 0.1, 1e-5),
         "native_batch_norm_backward": lambda: aten.native_batch_norm_backward(
-            normed, normed, channels, norm_args[2], norm_args[3], mean, invstd, True, 1e-5, [True, True, True]),
+            grad.view(normed.shape), normed, channels, norm_args[2], norm_args[3], mean, invstd, True, 1e-5,
+            [True, True, True]),
         "bernoulli_": lambda: out.bernoulli_(0.9),
         "native_dropout": lambda: aten.native_dropout(x, 0.1, True),
         "uniform_": lambda: out.uniform_(),
