@@ -437,25 +437,34 @@ def conv_seconds(cost: OpCost, device: DeviceSpec, coef: CostCoefficients) -> fl
         scale = pick(coef.conv_eff, ("conv", kind, direction if _cpu_rooflines(coef) else "fwd", family), 0.8)
         compute = cost.flops * slowdown / (peak_flops(device, dtype) * pick(coef.gemm_eff, ("gemm", family), 0.7)
                                            * scale * in_step_rate(coef))
+        byte_passes = pick(coef.extra, ("cpu_conv_byte_passes", kind, direction, family), 0.0)
+        if byte_passes and _cpu_rooflines(coef):
+            return _onednn_seconds(cost, compute, slowdown, byte_passes, (kind, direction, family), device, coef)
         body = max(compute, cost.bytes / conv_bandwidth)
     passes_of_layout = pick(coef.extra, ("conv_layout_passes", kind, direction, family), 1.0)
     layout = memory_seconds(cost.layout_bytes * passes_of_layout, device, coef, "elementwise", cost.dtype)
-    byte_passes = pick(coef.extra, ("cpu_conv_byte_passes", kind, direction, family), 0.0)
-    if byte_passes and _cpu_rooflines(coef):
-        # oneDNN: a stride's data gradient slower, and passes over the tensors (their reorders into
-        # and out of its blocked layouts, a half dtype's from NCHW among them) that add to the math.
-        strided = bool(cost.dims) and cost.dims[7] > 1
-        body = compute * (1.0 + strided * pick(coef.extra, ("cpu_conv_strided", kind, direction, family), 0.0))
-        moved, weights = cost.bytes + cost.layout_bytes, _conv_weight_bytes(cost)
-        if slowdown != 1.0:  # a half dtype's fallback kernels: the fp32 call's time at the probed slowdown
-            moved, weights = _fp32_bytes(cost.bytes, cost.dtype), _fp32_bytes(weights, cost.dtype)
-        weight_passes = pick(coef.extra, ("cpu_conv_weight_passes", kind, direction, family), byte_passes)
-        layout = slowdown * ((moved - weights) * byte_passes + weights * weight_passes) / _bandwidth(device)
     aux = _bias_seconds(cost, device, coef, per_element=True)
-    latency = pick(coef.latency_s, ("conv", kind, direction, family), 0.0)
+    latency = pick(coef.latency_s, ("conv", kind, direction), 0.0)
     if kind == "grouped" and cost.dims and not packing:
         latency += cost.dims[6] * pick(coef.latency_s, ("conv", kind, "per_group"), 0.0)
     return body + layout + aux + latency
+
+
+def _onednn_seconds(cost: OpCost, compute: float, slowdown: float, byte_passes: float, key: tuple[str, str, str],
+                    device: DeviceSpec, coef: CostCoefficients) -> float:
+    """A probed CPU's dense or 1x1 convolution (``probe.CPU_CONV_*``): its GEMMs' ``compute``, a stride's
+    data gradient slower, passes over the tensors (oneDNN's reorders into and out of its blocked
+    layouts, a half dtype's from NCHW among them) and a fixed cost per call; ``key`` is (family,
+    direction, dtype family)."""
+    strided = bool(cost.dims) and cost.dims[7] > 1
+    body = compute * (1.0 + strided * pick(coef.extra, ("cpu_conv_strided", *key), 0.0))
+    moved, weights = cost.bytes + cost.layout_bytes, _conv_weight_bytes(cost)
+    if slowdown != 1.0:  # a half dtype's fallback kernels: the fp32 call's time at the probed slowdown
+        moved, weights = _fp32_bytes(cost.bytes, cost.dtype), _fp32_bytes(weights, cost.dtype)
+    weight_passes = pick(coef.extra, ("cpu_conv_weight_passes", *key), byte_passes)
+    passes = slowdown * ((moved - weights) * byte_passes + weights * weight_passes) / _bandwidth(device)
+    call = pick(coef.latency_s, ("conv", *key), 0.0)
+    return body + passes + _bias_seconds(cost, device, coef, per_element=True) + call
 
 
 def _conv_weight_bytes(cost: OpCost) -> float:

@@ -774,12 +774,10 @@ def cpu_coefficients(result: ProbeResult) -> CostCoefficients:
         extra={**{k: v for k, v in base.extra.items()
                   if not k.startswith(("batch_norm", "reference_bw_gbs", "reference_sm_count"))},
                "host_scale": 1.0, "gemm_model": "roofline", "gemm_half_rate_dim": half_dim,
-               **{f"cpu_conv_strided:{family}:{key}": v for family in _FITTED_CONV_FAMILIES
-                  for key, v in CPU_CONV_STRIDED.items()},
-               **{f"cpu_conv_byte_passes:{family}:{key}": v for family in _FITTED_CONV_FAMILIES
-                  for key, v in CPU_CONV_BYTE_PASSES.items()},
-               **{f"cpu_conv_weight_passes:{family}:{key}": v for family in _FITTED_CONV_FAMILIES
-                  for key, v in CPU_CONV_WEIGHT_PASSES.items()},
+               **{f"{name}:{family}:{key}": v for name, table in (("cpu_conv_strided", CPU_CONV_STRIDED),
+                                                                   ("cpu_conv_byte_passes", CPU_CONV_BYTE_PASSES),
+                                                                   ("cpu_conv_weight_passes", CPU_CONV_WEIGHT_PASSES))
+                  for family in _FITTED_CONV_FAMILIES for key, v in table.items()},
                "synchronous": True, "host_speed": host_speed(result.small_op_s, base), "cache_bytes": 4e6,
                "fresh_byte_s": result.fault_s_per_byte,
                "gemm_transposed_speedup": transposed_speedup(result),
