@@ -54,7 +54,7 @@ from typing import Any
 
 import torch
 from transformers import TrainerCallback
-from transformers.trainer_callback import CallbackHandler, ExportableState, ProgressCallback
+from transformers.trainer_callback import CallbackHandler, ExportableState, PrinterCallback, ProgressCallback
 
 from ptp_callback.arguments import check_callback_settings
 from ptp_callback.cadence import positions_every, with_evaluations
@@ -145,9 +145,10 @@ def _step(schedule: FitSchedule, position: int) -> int:
                     start=schedule.start, step_on_epoch_end=schedule.step_on_epoch_end)
 
 
-def _calling_trainer_parts() -> tuple[ProgressCallback | None, Any]:
-    """The Trainer's ``ProgressCallback`` (whose bar shows the ETA) and the ``Trainer`` itself
-    (whose evaluation loader predicts the evaluations), ``None`` where not found.
+def _calling_trainer_parts() -> tuple[CallbackHandler | None, Any]:
+    """The ``CallbackHandler`` running this hook (it holds the Trainer's callbacks: its bar shows
+    the ETA) and the ``Trainer`` itself (whose evaluation loader predicts the evaluations), ``None``
+    where not found.
 
     A callback is handed neither the Trainer nor its other callbacks. The ``CallbackHandler`` whose
     ``call_event`` is running this hook holds the callbacks, and the Trainer method that called the
@@ -156,19 +157,31 @@ def _calling_trainer_parts() -> tuple[ProgressCallback | None, Any]:
     """
     from transformers import Trainer
 
-    progress = trainer = None
+    handler = trainer = None
     frame = sys._getframe(1)
     for _ in range(8):
         frame = frame.f_back
         if frame is None:
             break
         owner = frame.f_locals.get("self")
-        if progress is None and isinstance(owner, CallbackHandler):
-            progress = next((cb for cb in owner.callbacks if isinstance(cb, ProgressCallback)), None)
+        if handler is None and isinstance(owner, CallbackHandler):
+            handler = owner
         elif isinstance(owner, Trainer):
             trainer = owner
             break
-    return progress, trainer
+    return handler, trainer
+
+
+def _before_the_log_printers(handler: CallbackHandler, callback: TrainerCallback) -> None:
+    """Move ``callback`` before the Trainer's ``ProgressCallback`` / ``PrinterCallback``, which print
+    each log line: the ETA it adds to a line must be in it by then. The Trainer adds them last, but
+    a resume with ``restore_callback_states_from_checkpoint=True`` appends the restored copy of a
+    callback after them."""
+    callbacks = handler.callbacks
+    printers = [i for i, cb in enumerate(callbacks) if isinstance(cb, (ProgressCallback, PrinterCallback))]
+    if printers and callback in callbacks and callbacks.index(callback) > printers[0]:
+        callbacks.remove(callback)
+        callbacks.insert(printers[0], callback)
 
 
 def evaluation_loaders(trainer: Any, args: Any) -> list[Any]:
@@ -212,7 +225,11 @@ class PrecisionTimeTrainerCallback(TrainerCallback, ExportableState):
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
                        train_dataloader: Any = None, eval_dataloader: Any = None, **kwargs: Any) -> None:
         now = self.clock()
-        self._bar_owner, trainer = _calling_trainer_parts()
+        handler, trainer = _calling_trainer_parts()
+        self._bar_owner = None
+        if handler is not None:
+            _before_the_log_printers(handler, self)
+            self._bar_owner = next((cb for cb in handler.callbacks if isinstance(cb, ProgressCallback)), None)
         try:
             eval_loaders = [eval_dataloader] if eval_dataloader is not None else evaluation_loaders(trainer, args)
         except Exception:  # noqa: BLE001 - a Trainer that builds no evaluation loader now: the first evaluation is measured

@@ -86,16 +86,25 @@ def test_early_stopping_is_named_in_the_plan_and_its_stop_reported(tmp_path):
     assert callback.tracker.summary.startswith("run stopped early after 8 of 16 training batches")
 
 
-def test_resume_restores_the_calibration_and_starts_where_the_checkpoint_left(tmp_path):
+def test_resume_restores_the_calibration_and_starts_where_the_checkpoint_left(tmp_path, capfd):
     import hf_trainer
 
     out = str(tmp_path / "out")
     _, first = hf_trainer.main(out, samples=128, epochs=2, device="h100-sxm", advise=False, eval_strategy="no",
                                save_steps=4, max_steps=4, restore_callback_states_from_checkpoint=True)
     measured = first.tracker.forecaster.state_dict(first.clock())["units"]["train"]
+    capfd.readouterr()
+    seen = Seen()
     _, second = hf_trainer.main(out, samples=128, epochs=2, device="h100-sxm", advise=False, eval_strategy="no",
                                 save_steps=4, max_steps=8, restore_callback_states_from_checkpoint=True,
-                                resume=os.path.join(out, "checkpoint-4"))
+                                resume=os.path.join(out, "checkpoint-4"), callbacks=[seen])
+    # The restored copy is appended after the Trainer's bar, which prints each log line: it is moved
+    # back before it, so the printed lines (and the callbacks after it) carry the ETA again.
+    training_logs = [log for log in seen.logs if "loss" in log]
+    assert training_logs and all(ETA.match(log["eta"]) for log in training_logs)
+    captured = capfd.readouterr()
+    printed = [line for line in (captured.out + captured.err).splitlines() if "'loss'" in line]
+    assert printed and all("'eta': '" in line for line in printed)
     assert second is not first
     schedule = second.tracker.forecaster.schedule
     # 128 / 16 = 8 micro-batches an epoch, 4 steps: step 4 ends epoch 0, so the resume starts at epoch 1
