@@ -167,6 +167,13 @@ class DeviceSpec:
         set_(self, "_compiled", compiled)
         set_(self, "sources", tuple(self.sources))
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # A copy for another process (strategy="ddp_spawn" pickles the callback holding the spec) is
+        # built again from the fields: pickle cannot copy the read-only view of the peak table.
+        return (DeviceSpec, (self.key, self.name, self.arch, self.sm_count, self.memory_gb, self.memory_bw_gbs,
+                             self.l2_mb, dict(self.peak_tflops), self.name_patterns, self.sources,
+                             self.interconnect_gbs))
+
     def peak(self, dtype_key: Any) -> float | None:
         """Dense peak in TFLOP/s for ``dtype_key``, or ``None`` if no fast path.
 
