@@ -32,7 +32,7 @@ from ptp_callback.arguments import check_callback_settings, lazy_modules
 from ptp_callback.device_names import resolve_target
 from ptp_callback.devices import DeviceSpec
 from ptp_callback.forecast import RunForecaster
-from ptp_callback.notices import OnceWarnings, PrecisionHazard, warn
+from ptp_callback.notices import OnceWarnings, PrecisionHazard
 from ptp_callback.report import plan_line, report_line
 from ptp_callback.run_prediction import RunPrediction
 from ptp_callback.run_readouts import RunReadouts
@@ -74,9 +74,9 @@ class PrecisionTimeCallback(RunReadouts, Callback):
     def __init__(self, device: str | torch.device | DeviceSpec | None = None, *, advise: bool | str = "auto",
                  calibrate_ops: bool = False, warmup_batches: int = 3, refresh_s: float = 1.0,
                  show_in_progress_bar: bool = True, clock: Callable[[], float] = time.perf_counter) -> None:
-        device, note = resolve_target(device)  # "h100" -> h100-sxm; an unknown name fails here
-        if note:
-            warn(note)
+        # "h100" -> h100-sxm; an unknown name fails here. The note waits for the fit: with
+        # strategy="ddp" every rank builds the callback, and rank zero alone should say it.
+        device, self._device_note = resolve_target(device)
         check_callback_settings("PrecisionTimeCallback", advise, warmup_batches, refresh_s)
         self.device, self.advise, self.calibrate_ops = device, advise, calibrate_ops
         self.warmup_batches = warmup_batches
@@ -125,6 +125,8 @@ class PrecisionTimeCallback(RunReadouts, Callback):
         self._active = trainer.is_global_zero and self.forecaster is not None
         if not self._active:
             return
+        if self._device_note:
+            self._warnings.warn("device name", self._device_note)
         self._forget_saves = announce_weights_only_saves(
             trainer, lambda: self.on_save_checkpoint(trainer, pl_module, {}))
         spec = precision_spec(trainer)

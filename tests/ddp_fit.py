@@ -3,7 +3,7 @@
 ``python ddp_fit.py [ddp|ddp_spawn]``: Lightning's ``strategy="ddp"`` re-launches this script for
 rank 1; ``"ddp_spawn"`` pickles the trainer, its callbacks included, into two new processes. Both
 ranks join a real gloo process group. Rank zero prints the callback's lines; each rank reports when
-it is done.
+it is done. The callback predicts for ``"h100"``, a name that resolves with a note.
 """
 
 import sys
@@ -55,7 +55,7 @@ def main(strategy: str) -> None:
     data = TensorDataset(torch.randn(256, 16), torch.randint(0, 4, (256,)))
     trainer = L.Trainer(accelerator="cpu", devices=2, strategy=strategy, max_epochs=2, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                        limit_val_batches=2, callbacks=[PrecisionTimeCallback(), Done()])
+                        limit_val_batches=2, callbacks=[PrecisionTimeCallback(device="h100"), Done()])
     trainer.fit(Tiny(), DataLoader(data, batch_size=16), DataLoader(data, batch_size=16))
     if dist.is_initialized():  # Done.teardown destroyed it unless the fit failed
         dist.destroy_process_group()

@@ -517,6 +517,7 @@ def test_ddp_with_two_processes_prints_on_rank_zero_only(strategy):
     # rank zero alone prints: the prediction at fit start and the report at the end
     assert output.count("ptp: predicted fit") == 1
     assert output.count("ptp: fit took") == 1
+    assert output.count("ptp: h100 -> h100-sxm") == 1  # the device name's note too (every rank builds the callback)
     assert "world_size=2 ranks_done=2" in output
 
 
