@@ -274,22 +274,35 @@ class PrecisionTimeCallback(RunReadouts, Callback):
         forecaster = self.forecaster
         if not self._active or forecaster is None:
             return
-        now = self.clock()
-        forecaster.fit_end(now)
-        actual = forecaster.elapsed_s(now)  # a resumed fit's earlier runs included, as in its predictions
-        self.summary = "ptp: " + report_line(forecaster.initial_parts, forecaster.parts(now), actual,
-                                             forecaster.before_step_one_s, stopped=forecaster.stopped_early,
-                                             earlier_s=forecaster.elapsed_before_s)
-        _print(trainer, self.summary)
+        actual = self._report(trainer, forecaster)
         if self.advise is True or self.advise and self._advice_cost_s() < 0.01 * actual:
             measured = forecaster.batches.mean_s()
             if self.prediction is None or not predicts_the_run_device(trainer, self.prediction.device):
                 measured = None  # another device's speed says nothing of the one predicted for
             self._advise(trainer, pl_module, actual, measured * trainer.accumulate_grad_batches if measured else None)
 
+    def _report(self, trainer: Trainer, forecaster: RunForecaster, stopped_by: str | None = None) -> float:
+        """Print each part's prediction beside what it measured; the fit's length in seconds."""
+        now = self.clock()
+        forecaster.fit_end(now)
+        actual = forecaster.elapsed_s(now)  # a resumed fit's earlier runs included, as in its predictions
+        self.summary = "ptp: " + report_line(forecaster.initial_parts, forecaster.parts(now), actual,
+                                             forecaster.before_step_one_s, stopped=forecaster.stopped_early,
+                                             stopped_by=stopped_by, earlier_s=forecaster.elapsed_before_s)
+        _print(trainer, self.summary)
+        return actual
+
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         self._remove_bar_metric()
         self._forget_saves()
+        forecaster = self.forecaster
+        if not self._active or forecaster is None:
+            return
+        self._active = False
+        # What ran, as a fit that ends early is reported ("fit stopped by KeyboardInterrupt after 40 of
+        # 200 training batches"); the user's exception goes on unchanged.
+        with self._warnings.guard("the report of the interrupted fit", then="no report"):
+            self._report(trainer, forecaster, stopped_by=type(exception).__name__)
 
     # -------------------------------------------------------------------------------- resume
     def state_dict(self) -> dict[str, Any]:

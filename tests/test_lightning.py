@@ -521,6 +521,25 @@ def test_ddp_with_two_processes_prints_on_rank_zero_only(strategy):
     assert "world_size=2 ranks_done=2" in output
 
 
+class FailsAt(Tiny):
+    def __init__(self, batch: int) -> None:
+        super().__init__()
+        self.batch = batch
+
+    def training_step(self, batch, batch_idx):
+        if self.global_step == self.batch:
+            raise RuntimeError("the user's bug")
+        return super().training_step(batch, batch_idx)
+
+
+def test_a_fit_that_raises_is_reported_for_what_ran_and_the_exception_reaches_the_user():
+    callback = PrecisionTimeCallback()
+    with pytest.raises(RuntimeError, match="the user's bug"):
+        trainer([callback], enable_progress_bar=False).fit(FailsAt(10), *loaders())
+    assert callback.summary.startswith(f"ptp: fit stopped by RuntimeError after 10 of {2 * 256 // 8} training batches")
+    assert not callback._active
+
+
 def test_an_early_stop_is_reported_against_the_prediction_for_what_ran():
     from lightning.pytorch.callbacks import EarlyStopping
 
