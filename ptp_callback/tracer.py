@@ -26,7 +26,7 @@ would run:
 
 On every device, Hugging Face's attention-mask shortcuts, which read tensor values, are answered
 from the real batch (``mask_checks.py``). On the CPU proxy the batch's integer, boolean and
-small floating-point tensors keep their values, a router's choice and a one-element random draw
+small floating-point tensors keep their values (and the model's integer and boolean buffers), a router's choice and a one-element random draw
 get typical ones, and sizes the model's own numbers decide are taken at their largest
 (``known_values.py``), so steps that read them (CTC losses, SpecAugment, experts run one by one,
 detectors) trace; mixture-of-experts grouped GEMMs are recorded as CUDA runs them
@@ -593,7 +593,10 @@ def _float_dtype_for(t: torch.Tensor, spec: PrecisionSpec) -> torch.dtype:
 
 def _fake_state(model: torch.nn.Module, spec: PrecisionSpec, device: torch.device,
                 mode: FakeTensorMode) -> tuple[dict[str, torch.Tensor], dict[int, torch.Tensor]]:
-    """Fake parameters and buffers by name; tied parameters share one fake (keyed by id)."""
+    """Fake parameters and buffers by name; tied parameters share one fake (keyed by id).
+
+    On the CPU proxy an integer or boolean buffer keeps its values, as the batch's tensors do: a
+    step may read a counter it keeps (a MoCo queue's pointer: ``ptr = int(self.queue_ptr)``)."""
     by_id: dict[int, torch.Tensor] = {}
     named: dict[str, torch.Tensor] = {}
     for name, p in model.named_parameters(remove_duplicate=False):
@@ -605,7 +608,9 @@ def _fake_state(model: torch.nn.Module, spec: PrecisionSpec, device: torch.devic
     for name, b in model.named_buffers(remove_duplicate=False):
         fake = by_id.get(id(b))
         if fake is None:
-            fake = empty_fake(mode, b, _float_dtype_for(b, spec), device)
+            valued = valued_fake(mode, b) if isinstance(mode, ValuedFakeTensorMode) and not b.is_floating_point() \
+                else None
+            fake = valued if valued is not None else empty_fake(mode, b, _float_dtype_for(b, spec), device)
             by_id[id(b)] = fake
         named[name] = fake
     return named, by_id

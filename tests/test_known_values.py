@@ -275,6 +275,36 @@ def test_a_masked_select_by_a_valued_mask_is_sized_exactly_and_not_called_an_ass
     assert not trace.taken_largest and trace.taken_largest_note is None
 
 
+class Queue(nn.Module):
+    """A MoCo-style queue of keys and the integer pointer where the next keys go."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = nn.Linear(16, 8)
+        self.register_buffer("keys", torch.zeros(64, 8))
+        self.register_buffer("pointer", torch.tensor([40]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q = self.encoder(x)
+        logits = q @ self.keys.clone().t()
+        with torch.no_grad():
+            at = int(self.pointer)  # as facebookresearch/moco reads it
+            self.keys[at:at + len(x)] = q.detach()
+            self.pointer[0] = (at + len(x)) % len(self.keys)
+        return logits.logsumexp(-1).mean()
+
+
+@pytest.mark.parametrize("target_type", ["cuda", "cpu"])
+def test_an_integer_buffer_the_step_reads_keeps_its_value_and_the_model_its_own(target_type):
+    model = Queue()
+    trace = trace_step(model, (torch.randn(16, 16),), lambda m, b: m(*b), None, "32-true",
+                       target_type=target_type, trace_on="cpu")
+    # the pointer's value, 40, sizes the keys' slice the step writes to: 16 rows
+    copy = next(op for op in trace.ops if op.name == "aten.copy_.default" and op.out_shapes == ((16, 8),))
+    assert copy.phase == "forward"
+    assert model.pointer.tolist() == [40] and not model.keys.any()  # the real buffers untouched
+
+
 # SSD trains without NMS (hard negative mining sorts the losses instead)
 @pytest.mark.parametrize("name, runs_nms", [("fasterrcnn_mobilenet_v3_large_320_fpn", True),
                                             ("ssdlite320_mobilenet_v3_large", False)])
