@@ -6,6 +6,7 @@ Filter them like any warning, e.g. ``warnings.filterwarnings("ignore", category=
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import sys
 import warnings
@@ -28,14 +29,36 @@ class PrecisionHazard(PtpWarning):
 
 
 _OURS = (os.path.dirname(os.path.abspath(__file__)),
-         os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "integrations"))
+         os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "integrations"),
+         # a warning from OnceWarnings.guard is given while contextlib leaves the guarded block
+         os.path.abspath(contextlib.__file__))
+# The engines that call the callbacks' hooks: a warning from a hook names the user's line that
+# started the run (``trainer.fit(...)``), not the engine's line that called the hook.
+_ENGINES = ("lightning", "pytorch_lightning", "transformers", "accelerate")
+_skipped: tuple[str, ...] | None = None
+
+
+def _skipped_paths() -> tuple[str, ...]:
+    global _skipped
+    if _skipped is None:
+        engines = []
+        for name in _ENGINES:
+            try:
+                spec = importlib.util.find_spec(name)  # finds the package without importing it
+            except (ImportError, ValueError):
+                spec = None
+            engines.extend(os.path.abspath(path) + os.sep for path in (spec and spec.submodule_search_locations) or ())
+        _skipped = _OURS + tuple(engines)
+    return _skipped
 
 
 def warn(message: str, category: type[Warning] = PtpWarning) -> None:
     """One ``ptp: ...`` line, as a warning of ``category``, attributed to the user's code that
-    called into ptp_callback (not to the line inside it that noticed)."""
+    called into ptp_callback or into the engine that runs its hooks (not to the line inside that
+    noticed)."""
+    skipped = _skipped_paths()
     frame, level = sys._getframe(1), 2
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_OURS):
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(skipped):
         frame, level = frame.f_back, level + 1
     warnings.warn(f"ptp: {message}", category, stacklevel=level)
 

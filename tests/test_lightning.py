@@ -521,6 +521,15 @@ def test_ddp_with_two_processes_prints_on_rank_zero_only(strategy):
     assert "world_size=2 ranks_done=2" in output
 
 
+def test_a_warning_from_a_hook_names_the_users_line_that_started_the_fit():
+    callback = PrecisionTimeCallback(device="h100")  # the name's note is given at fit start
+    fit = trainer([callback], enable_progress_bar=False, max_epochs=1)
+    with pytest.warns(PtpWarning, match="h100 -> h100-sxm") as record:
+        fit.fit(Tiny(), *loaders())
+    note = next(w for w in record if "h100 -> h100-sxm" in str(w.message))
+    assert note.filename == __file__  # not Lightning's hook caller, nor contextlib
+
+
 class FailsAt(Tiny):
     def __init__(self, batch: int) -> None:
         super().__init__()
