@@ -975,10 +975,13 @@ def _autocast(spec: PrecisionSpec, device: torch.device, proxy_for_cuda: bool, m
 
 
 def has_compiled_parts(model: torch.nn.Module) -> bool:
-    """Whether ``torch.compile`` wraps the model or a part of it (without importing the compiler,
-    1-2 s, where nothing has)."""
+    """Whether ``torch.compile`` wraps the model or a part of it, or ``module.compile()`` compiled
+    one in place (it keeps its class and calls a compiled ``_compiled_call_impl``). Without
+    importing the compiler (1-2 s) where nothing was compiled."""
     eval_frame = sys.modules.get("torch._dynamo.eval_frame")
-    return eval_frame is not None and any(isinstance(m, eval_frame.OptimizedModule) for m in model.modules())
+    return eval_frame is not None and any(
+        isinstance(m, eval_frame.OptimizedModule) or getattr(m, "_compiled_call_impl", None) is not None
+        for m in model.modules())
 
 
 @contextlib.contextmanager

@@ -783,12 +783,16 @@ def test_a_trace_collects_only_its_own_garbage_and_leaves_the_collector_as_it_fo
         gc.unfreeze()
 
 
-def test_a_compiled_submodule_traces_as_its_module_without_warning_of_the_traces_own_hooks():
+@pytest.mark.parametrize("in_place", [False, True])  # torch.compile(module), or module.compile()
+def test_a_compiled_submodule_traces_as_its_module_without_warning_of_the_traces_own_hooks(in_place):
     # torch.compile'd modules warn about global module hooks each time they run while any are
     # registered; the only ones during a trace are the trace's own, so the user sees no such warning.
     plain = trace_step(mlp(), mlp_batch(), ce_step, precision="bf16-mixed")
     model = mlp()
-    model[2] = torch.compile(model[2])
+    if in_place:
+        model[2].compile()
+    else:
+        model[2] = torch.compile(model[2])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         compiled = trace_step(model, mlp_batch(), ce_step, precision="bf16-mixed")
