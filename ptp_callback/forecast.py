@@ -478,6 +478,12 @@ class RunForecaster:
             # (the quickstart's MLP on a 2-thread EPYC: validation batches 4 ms over, the training
             # batches as predicted; carried over, they put its fit 20% long before step one).
             measured = min(b - a for a, b in zip(ends, ends[1:]))
+            if len(ends) == 2 and plan.val_batch_s > 0:
+                # One interval (the default two sanity batches) is the second batch, still warming
+                # up: a CPU MLP's took 1.6-1.8 ms against 0.7-0.9 ms steady ones and the 0.75-0.86 ms
+                # predicted; the EPYC's 13.5-23.4 ms against 12-13 ms steady and 8-9 ms predicted.
+                # Between the two estimates, whose errors run opposite ways: their geometric mean.
+                measured = math.sqrt(measured * plan.val_batch_s)
             plan = replace(plan, val_batch_s=measured)
         if plan.sanity_calibrates and self._sanity_batches and plan.sanity_loader_workers \
                 and not plan.val_workers_persist:
