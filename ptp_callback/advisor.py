@@ -151,6 +151,9 @@ def keep_line(options: list[PrecisionOption], current: str, device_name: str, th
     'keep 32-true: no mixed precision or TF32 is predicted to cut this run by 10% on a CPU (step time relative to
     32-true: bf16-mixed 0.95x, bf16-true 0.50x; bf16-true keeps the weights and optimizer state in half
     precision, which changes what the model learns: listed, not advised)'
+    >>> keep_line(options[:2], "bf16-mixed", "a CPU")  # doctest: +NORMALIZE_WHITESPACE
+    'keep bf16-mixed: no other precision is predicted to cut this run by 10% on a CPU (step time relative to
+    bf16-mixed: 32-true 1.05x)'
     """
     here = next((o.step_s for o in options if o.precision == current), None)
     others = [o for o in options if here and o.precision != current]
@@ -162,7 +165,8 @@ def keep_line(options: list[PrecisionOption], current: str, device_name: str, th
         names = " and ".join(faster_unsafe)
         listed += (f"; {names} {'keeps' if len(faster_unsafe) == 1 else 'keep'} the weights and optimizer state in "
                    "half precision, which changes what the model learns: listed, not advised")
-    return (f"keep {current}: no mixed precision or TF32 is predicted to cut this run by 10% on {device_name} "
+    others_named = "no mixed precision or TF32" if current == "32-true" else "no other precision"
+    return (f"keep {current}: {others_named} is predicted to cut this run by 10% on {device_name} "
             f"(step time relative to {current}: {listed})")
 
 

@@ -7,6 +7,9 @@ Pure formatting of :class:`~ptp_callback.forecast.Part` records (no state, no I/
 ...          "save": Part("save", 0.0, 0, 9.0, 3, 3.0, False)}
 >>> plan_line(parts, 129.0, "bf16-mixed", "NVIDIA H100 80GB HBM3")
 'predicted fit 2m09s at bf16-mixed on NVIDIA H100 80GB HBM3: train 2m00s (1000 batches), checkpoints 9.0s (3 saves)'
+>>> plan_line({"train": Part("train", 0.0, 0, 0.1, 1, 0.1, False), "save": Part("save", 0.0, 0, 3.0, 1, 3.0, False)},
+...           3.1, "32-true", "a CPU")
+'predicted fit 3.1s at 32-true on a CPU: train 100.0ms (1 batch), checkpoints 3.0s (1 save)'
 """
 
 from __future__ import annotations
@@ -31,7 +34,10 @@ LABELS: dict[str, tuple[str, str]] = {
 
 
 def _amount(kind: str, count: int | None, train_unit: str) -> str:
+    """``" (3 saves)"``, ``" (1 save)"``; nothing for a part that is not counted."""
     unit = train_unit if kind == "train" else LABELS[kind][1]
+    if count == 1:
+        unit = unit.removesuffix("es") if unit.endswith("ches") else unit.removesuffix("s")
     return f" ({count} {unit})" if unit and count else ""
 
 
