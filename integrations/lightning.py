@@ -158,7 +158,7 @@ class PrecisionTimeCallback(RunReadouts, Callback):
             forecaster.set_plan(self.prediction.plan, now)
             line = plan_line(forecaster.initial_parts, forecaster.total_s(now), self.precision_label,
                              self.prediction.device.name, earlier_s=forecaster.elapsed_before_s)
-            _print(trainer, "ptp: " + line + plan_notes(trainer, pl_module))
+            _print(trainer, "ptp: " + line + plan_notes(trainer, pl_module, self.prediction.device))
             for hazard in self.prediction.trace.hazards:
                 self._warnings.warn(hazard, hazard, PrecisionHazard)
             if self._advice_cost_s() < 0.005 * (forecaster.predicted_total_s or 0.0):

@@ -255,11 +255,15 @@ def predict_fit(trainer: Trainer, module: LightningModule, spec: PrecisionSpec |
     return prediction, train_batch
 
 
-def plan_notes(trainer: Trainer, module: LightningModule) -> str:
+def plan_notes(trainer: Trainer, module: LightningModule, device: DeviceSpec | None = None) -> str:
     """What may make the fit differ from its plan, which runs to the trainer's limits: an early stop,
-    ``torch.compile``'s compilation (appended to the plan's line, each after ``"; "``)."""
+    ``torch.compile``'s compilation, the processes' communication on a CPU, which is not predicted
+    (appended to the plan's line, each after ``"; "``)."""
     notes = "; EarlyStopping may end it sooner" if trainer.early_stopping_callbacks else ""
-    return notes + ("; torch.compile's compilation is not in it" if compiled(module) else "")
+    notes += "; torch.compile's compilation is not in it" if compiled(module) else ""
+    if trainer.world_size > 1 and device is not None and device.arch == "cpu":
+        notes += f"; the {trainer.world_size} processes' communication on a CPU is not in it"
+    return notes
 
 
 def advise_precision(trainer: Trainer, module: LightningModule, prediction: RunPrediction, example: Any,

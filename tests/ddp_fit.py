@@ -1,9 +1,9 @@
 """A 2-process CPU DDP fit with PrecisionTimeCallback (run by tests/test_lightning.py).
 
-``python ddp_fit.py [ddp|ddp_spawn]``: Lightning's ``strategy="ddp"`` re-launches this script for
+``python ddp_fit.py [ddp|ddp_spawn] [DEVICE]``: Lightning's ``strategy="ddp"`` re-launches this script for
 rank 1; ``"ddp_spawn"`` pickles the trainer, its callbacks included, into two new processes. Both
 ranks join a real gloo process group. Rank zero prints the callback's lines; each rank reports when
-it is done. The callback predicts for ``"h100"``, a name that resolves with a note.
+it is done. The callback predicts for ``DEVICE`` (default: the CPU it runs on).
 """
 
 import sys
@@ -50,16 +50,16 @@ class Done(L.Callback):
             dist.destroy_process_group()
 
 
-def main(strategy: str) -> None:
+def main(strategy: str, device: str | None) -> None:
     torch.manual_seed(0)
     data = TensorDataset(torch.randn(256, 16), torch.randint(0, 4, (256,)))
     trainer = L.Trainer(accelerator="cpu", devices=2, strategy=strategy, max_epochs=2, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                        limit_val_batches=2, callbacks=[PrecisionTimeCallback(device="h100"), Done()])
+                        limit_val_batches=2, callbacks=[PrecisionTimeCallback(device=device), Done()])
     trainer.fit(Tiny(), DataLoader(data, batch_size=16), DataLoader(data, batch_size=16))
     if dist.is_initialized():  # Done.teardown destroyed it unless the fit failed
         dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "ddp")
+    main(sys.argv[1] if len(sys.argv) > 1 else "ddp", sys.argv[2] if len(sys.argv) > 2 else None)
