@@ -6,6 +6,7 @@ Filter them like any warning, e.g. ``warnings.filterwarnings("ignore", category=
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import os
 import sys
@@ -35,21 +36,18 @@ _OURS = (os.path.dirname(os.path.abspath(__file__)),
 # The engines that call the callbacks' hooks: a warning from a hook names the user's line that
 # started the run (``trainer.fit(...)``), not the engine's line that called the hook.
 _ENGINES = ("lightning", "pytorch_lightning", "transformers", "accelerate")
-_skipped: tuple[str, ...] | None = None
 
 
+@functools.lru_cache(maxsize=1)
 def _skipped_paths() -> tuple[str, ...]:
-    global _skipped
-    if _skipped is None:
-        engines = []
-        for name in _ENGINES:
-            try:
-                spec = importlib.util.find_spec(name)  # finds the package without importing it
-            except (ImportError, ValueError):
-                spec = None
-            engines.extend(os.path.abspath(path) + os.sep for path in (spec and spec.submodule_search_locations) or ())
-        _skipped = _OURS + tuple(engines)
-    return _skipped
+    engines = []
+    for name in _ENGINES:
+        try:
+            spec = importlib.util.find_spec(name)  # finds the package without importing it
+        except (ImportError, ValueError):
+            spec = None
+        engines.extend(os.path.abspath(path) + os.sep for path in (spec and spec.submodule_search_locations) or ())
+    return _OURS + tuple(engines)
 
 
 def warn(message: str, category: type[Warning] = PtpWarning) -> None:
