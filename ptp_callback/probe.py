@@ -113,7 +113,8 @@ def _cache_path(device: torch.device) -> str:
     # v12: a CPU's rate of SDPA's safe softmax, which older caches lack.
     # v13: a CPU's tiny reference training step, which older caches lack.
     # v14: a CPU's batch norm rates per element, forward and backward, which older caches lack.
-    key = hashlib.sha1(f"{_device_name(device)}|{torch.__version__}|v14".encode()).hexdigest()[:16]
+    # v15: a CPU's bilinear upsampling rates per element, forward and backward, which older caches lack.
+    key = hashlib.sha1(f"{_device_name(device)}|{torch.__version__}|v15".encode()).hexdigest()[:16]
     return os.path.join(cache_dir(), f"probe-{device.type}-{key}.json")
 
 
@@ -417,8 +418,12 @@ def element_ops(n: int, device: torch.device, dtype: torch.dtype = torch.float32
     max pools took 11.5 ms of its 30 ms forward, priced 5.3 by their bytes). A GPU does all of them
     at its memory bandwidth. Pools are timed over 2x2 windows. A training batch norm takes longer
     in fp32 than a half-precision input's (2-thread Xeon, 2026-11-29, 16 channels of 16x16 maps:
-    forward 0.85 ns an element in fp32, 0.32 from bf16). A time is per element of the op's largest
-    tensor (:func:`kernels.element_seconds`)."""
+    forward 0.85 ns an element in fp32, 0.32 from bf16). A bilinear upsampling interpolates each
+    output element from four inputs, and its backward adds each output's gradient back into them
+    (2-thread Xeon, 2026-11-29, 2x and 4x over 8x8 to 32x32 maps of 10-256 channels: forward
+    0.7-1.4 ns an output element, backward 2.3-2.4 in fp32 and bf16 alike, 20 times its bytes' time);
+    it is timed over 16 channels of 32x32 maps, upsampled 2x. A time is per element of the op's
+    largest tensor (:func:`kernels.element_seconds`)."""
     aten = torch.ops.aten
     x = torch.randn(n, device=device).to(dtype)
     grad, positive, out = torch.randn_like(x), x.abs() + 0.1, torch.empty_like(x)
@@ -433,11 +438,18 @@ def element_ops(n: int, device: torch.device, dtype: torch.dtype = torch.float32
     norm_args = (channels, torch.zeros_like(channels), torch.zeros_like(channels), torch.ones_like(channels))
     normed = x.view(-1, 16, 16) if n % 4096 else x.view(-1, 16, 16, 16)
     _, mean, invstd = aten.native_batch_norm(normed, *norm_args, True, 0.1, 1e-5)
+    # upsampled to n elements (16 channels of 32x32 maps; one 8x8 map for a small n)
+    low = x[: n // 4].view(-1, 16, 32, 32) if n % 65536 == 0 else x[: n // 4].view(-1, 1, 8, 8)
+    high = [2 * low.shape[-2], 2 * low.shape[-1]]
+    high_grad = torch.randn(low.shape[0], low.shape[1], *high, device=device).to(dtype)
     return {
         "max_pool2d_with_indices": lambda: aten.max_pool2d_with_indices(maps, [2, 2], [2, 2]),
         "max_pool2d_with_indices_backward": lambda: aten.max_pool2d_with_indices_backward(
             pooled_grad, maps, [2, 2], [2, 2], [0, 0], [1, 1], False, indices),
         "avg_pool2d": lambda: aten.avg_pool2d(maps, [2, 2], [2, 2]),
+        "upsample_bilinear2d": lambda: aten.upsample_bilinear2d(low, high, False),
+        "upsample_bilinear2d_backward": lambda: aten.upsample_bilinear2d_backward(high_grad, high, list(low.shape),
+                                                                                  False),
         "native_batch_norm": lambda: aten.native_batch_norm(normed, *norm_args, True, 0.1, 1e-5),
         "native_batch_norm_backward": lambda: aten.native_batch_norm_backward(
             grad.view(normed.shape), normed, channels, norm_args[2], norm_args[3], mean, invstd, True, 1e-5,

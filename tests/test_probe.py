@@ -8,8 +8,10 @@ from dataclasses import asdict, replace
 import pytest
 import torch
 
-from ptp_callback import probe
+from ptp_callback import probe, trace_step
+from ptp_callback.kernels import kernel_seconds
 from ptp_callback.probe import ProbeResult, probe_device
+from ptp_callback.step import resolve_device
 
 
 def _write_cache(tmp_path, monkeypatch, fp32_rate: float, name: str = "cached", skinny_rate: float | None = None,
@@ -123,6 +125,14 @@ def test_a_cpu_probe_times_each_element_op_in_each_dtype(tmp_path, monkeypatch):
     assert extra["tanh_:bf16"] == result.element_s["tanh:bf16"]
     # SDPA's unfused softmax is timed as itself: it also reduces each row to find the masked ones
     assert "_safe_softmax" in result.element_s and extra["_safe_softmax"] == result.element_s["_safe_softmax"]
+    # A bilinear upsampling's backward adds each output's gradient into four inputs, far slower than
+    # its bytes move: a segmentation head's, traced, is priced at its probed rate per output element.
+    model = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 1), torch.nn.Upsample(scale_factor=4, mode="bilinear"))
+    trace = trace_step(model, (torch.randn(2, 8, 8, 8),), lambda m, b: m(*b).square().mean(), None, "32-true",
+                       target_type="cpu")
+    backward = next(op for op in trace.ops if op.name == "aten.upsample_bilinear2d_backward.default")
+    spec, coef = resolve_device("cpu")
+    assert kernel_seconds(backward, spec, coef) >= 2 * 8 * 32 * 32 * extra["upsample_bilinear2d_backward"]
 
 
 def test_a_cpu_prices_half_precision_elements_at_their_own_rate():
