@@ -113,7 +113,8 @@ def _cache_path(device: torch.device) -> str:
     # v12: a CPU's rate of SDPA's safe softmax, which older caches lack.
     # v13: a CPU's tiny reference training step, which older caches lack.
     # v14: a CPU's batch norm rates per element, forward and backward, which older caches lack.
-    # v15: a CPU's bilinear upsampling rates per element, forward and backward, which older caches lack.
+    # v15: a CPU's rates per element of bilinear upsampling, forward and backward, and of gather and
+    # scatter_add, which older caches lack.
     key = hashlib.sha1(f"{_device_name(device)}|{torch.__version__}|v15".encode()).hexdigest()[:16]
     return os.path.join(cache_dir(), f"probe-{device.type}-{key}.json")
 
@@ -394,7 +395,7 @@ ELEMENT_ALIASES: dict[str, str] = {
     "sigmoid_": "sigmoid", "silu_": "silu", "elu_": "elu", "sin_": "sin", "cos_": "cos",
     **dict.fromkeys(("_native_batch_norm_legit", "_native_batch_norm_legit_functional", "_batch_norm_with_update",
                      "_batch_norm_with_update_functional"), "native_batch_norm"),
-    "batch_norm_backward": "native_batch_norm_backward",
+    "batch_norm_backward": "native_batch_norm_backward", "scatter_add_": "scatter_add",
 }
 
 
@@ -404,7 +405,7 @@ ELEMENT_ALIASES: dict[str, str] = {
 # tanh 0.77 against 0.17).
 HALF_ELEMENT_OPS = ("mul", "exp", "tanh", "sigmoid", "erf", "gelu", "gelu_backward", "silu", "silu_backward",
                     "_softmax", "_log_softmax", "_log_softmax_backward_data", "native_batch_norm",
-                    "native_batch_norm_backward")
+                    "native_batch_norm_backward", "gather", "scatter_add")
 
 
 def element_ops(n: int, device: torch.device, dtype: torch.dtype = torch.float32) -> dict[str, Callable[[], object]]:
@@ -422,8 +423,11 @@ def element_ops(n: int, device: torch.device, dtype: torch.dtype = torch.float32
     output element from four inputs, and its backward adds each output's gradient back into them
     (2-thread Xeon, 2026-11-29, 2x and 4x over 8x8 to 32x32 maps of 10-256 channels: forward
     0.7-1.4 ns an output element, backward 2.3-2.4 in fp32 and bf16 alike, 20 times its bytes' time);
-    it is timed over 16 channels of 32x32 maps, upsampled 2x. A time is per element of the op's
-    largest tensor (:func:`kernels.element_seconds`)."""
+    it is timed over 16 channels of 32x32 maps, upsampled 2x. ``gather`` (DeBERTa's relative
+    positions) and ``scatter_add`` (its backward) read or add one element at an index at a time:
+    0.3-1.2 ns an element in fp32 or bf16 against a copy's 0.03-0.16 (that Xeon, rows of 64-65536);
+    they are timed along rows of 256 at random indices. A time is per element of the op's largest
+    tensor (:func:`kernels.element_seconds`)."""
     aten = torch.ops.aten
     x = torch.randn(n, device=device).to(dtype)
     grad, positive, out = torch.randn_like(x), x.abs() + 0.1, torch.empty_like(x)
@@ -442,6 +446,7 @@ def element_ops(n: int, device: torch.device, dtype: torch.dtype = torch.float32
     low = x[: n // 4].view(-1, 16, 32, 32) if n % 65536 == 0 else x[: n // 4].view(-1, 1, 8, 8)
     high = [2 * low.shape[-2], 2 * low.shape[-1]]
     high_grad = torch.randn(low.shape[0], low.shape[1], *high, device=device).to(dtype)
+    picks = torch.randint(0, 256, rows.shape, device=device)
     return {
         "max_pool2d_with_indices": lambda: aten.max_pool2d_with_indices(maps, [2, 2], [2, 2]),
         "max_pool2d_with_indices_backward": lambda: aten.max_pool2d_with_indices_backward(
@@ -454,6 +459,8 @@ def element_ops(n: int, device: torch.device, dtype: torch.dtype = torch.float32
         "native_batch_norm_backward": lambda: aten.native_batch_norm_backward(
             grad.view(normed.shape), normed, channels, norm_args[2], norm_args[3], mean, invstd, True, 1e-5,
             [True, True, True]),
+        "gather": lambda: torch.gather(rows, -1, picks),
+        "scatter_add": lambda: torch.scatter_add(rows, -1, picks, grad_rows),
         "bernoulli_": lambda: out.bernoulli_(0.9),
         "native_dropout": lambda: aten.native_dropout(x, 0.1, True),
         "uniform_": lambda: out.uniform_(),

@@ -133,6 +133,12 @@ def test_a_cpu_probe_times_each_element_op_in_each_dtype(tmp_path, monkeypatch):
     backward = next(op for op in trace.ops if op.name == "aten.upsample_bilinear2d_backward.default")
     spec, coef = resolve_device("cpu")
     assert kernel_seconds(backward, spec, coef) >= 2 * 8 * 32 * 32 * extra["upsample_bilinear2d_backward"]
+    # So are a gather's lookups (DeBERTa's relative positions) and its backward's scatter_add, in bf16 too
+    trace = trace_step(torch.nn.Linear(64, 64), (torch.randn(32, 64), torch.randint(0, 64, (32, 64))),
+                       lambda m, b: torch.gather(m(b[0]), -1, b[1]).sum(), None, "bf16-mixed", target_type="cpu")
+    for name in ("gather", "scatter_add"):
+        op = next(op for op in trace.ops if op.name == f"aten.{name}.default")
+        assert kernel_seconds(op, spec, coef) >= 32 * 64 * extra[f"{name}:bf16"]
 
 
 def test_a_cpu_prices_half_precision_elements_at_their_own_rate():
