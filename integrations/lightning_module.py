@@ -25,6 +25,7 @@ from ptp_callback.host_costs import LIGHTNING_LOOP
 from ptp_callback.loaders import example_batch, first_loader, loader_facts
 from ptp_callback.manual_step import ManualOptimization, ManualStep
 from ptp_callback.precision import PRECISIONS, PrecisionSpec
+from ptp_callback.report import communication_note
 from ptp_callback.run_prediction import RunPrediction, precision_advice, predict_run
 from ptp_callback.trace_cache import code_key
 from ptp_callback.tracer import has_compiled_parts
@@ -261,9 +262,7 @@ def plan_notes(trainer: Trainer, module: LightningModule, device: DeviceSpec | N
     (appended to the plan's line, each after ``"; "``)."""
     notes = "; EarlyStopping may end it sooner" if trainer.early_stopping_callbacks else ""
     notes += "; torch.compile's compilation is not in it" if compiled(module) else ""
-    if trainer.world_size > 1 and device is not None and device.arch == "cpu":
-        notes += f"; the {trainer.world_size} processes' communication on a CPU is not in it"
-    return notes
+    return notes + (communication_note(trainer.world_size, device.arch) if device is not None else "")
 
 
 def advise_precision(trainer: Trainer, module: LightningModule, prediction: RunPrediction, example: Any,

@@ -33,6 +33,18 @@ LABELS: dict[str, tuple[str, str]] = {
 }
 
 
+def communication_note(world_size: int, device_arch: str) -> str:
+    """What a plan line adds for a run of several processes predicted for a CPU: their gloo
+    communication is not predicted (a GPU's all-reduce is).
+
+    >>> communication_note(2, "cpu"), communication_note(2, "hopper"), communication_note(1, "cpu")
+    ("; the 2 processes' communication on a CPU is not in it", '', '')
+    """
+    if world_size > 1 and device_arch == "cpu":
+        return f"; the {world_size} processes' communication on a CPU is not in it"
+    return ""
+
+
 def _amount(kind: str, count: int | None, train_unit: str) -> str:
     """``" (3 saves)"``, ``" (1 save)"``; nothing for a part that is not counted."""
     unit = train_unit if kind == "train" else LABELS[kind][1]

@@ -53,7 +53,7 @@ from .forecast import RunForecaster
 from .host_costs import LoopWork
 from .notices import OnceWarnings, PrecisionAdvice, PrecisionHazard, PtpWarning
 from .precision import PrecisionSpec
-from .report import plan_line, report_line
+from .report import communication_note, plan_line, report_line
 from .run_plan import LoaderFacts
 from .run_prediction import CheckpointFacts, RunPrediction, predict_run, run_advice
 from .run_readouts import RunReadouts
@@ -225,6 +225,7 @@ class RunTracker(RunReadouts):
         if inputs.run_device.type == "cuda":
             self._sync_device = inputs.run_device
         if self.prediction is not None:
+            self.plan_note += communication_note(world_size, self.prediction.device.arch)
             self.forecaster.set_plan(self.prediction.plan, self.clock())
             for hazard in self.prediction.trace.hazards:
                 self.warn_once(hazard, hazard, PrecisionHazard)

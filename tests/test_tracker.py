@@ -411,3 +411,18 @@ def test_advice_as_a_warning():
                                     PrecisionSpec.from_setting("32-true", matmul_tf32=False), "h100-sxm",
                                     torch.device("cpu")))
     assert tracker.advice_text and tracker.advise is False  # given at the start: cheap beside a long run
+
+
+@pytest.mark.parametrize("device", ["cpu", "h100-sxm"])
+def test_a_plan_of_several_processes_on_a_cpu_says_their_communication_is_not_in_it(device):
+    from ptp_callback.precision import PrecisionSpec
+    from ptp_callback.tracker import TraceInputs
+
+    model = nn.Linear(16, 4)
+    tracker = virtual_tracker(Clock(), batches_per_epoch=10, epochs=1, eval_every=None, save_every=None)
+    tracker.advise = False
+    tracker.predict(TraceInputs(model, (torch.randn(8, 16),), lambda m, b: m(*b).sum(), None,
+                                PrecisionSpec.from_setting("32-true"), device, torch.device("cpu")), world_size=2)
+    tracker.begin_training()
+    # gloo between a CPU's processes is not predicted; a GPU's all-reduce is (and the plan says nothing)
+    assert ("the 2 processes' communication on a CPU is not in it" in tracker.plan_text) == (device == "cpu")
