@@ -26,8 +26,8 @@ would run:
 
 On every device, Hugging Face's attention-mask shortcuts, which read tensor values, are answered
 from the real batch (``mask_checks.py``). On the CPU proxy the batch's integer, boolean and
-small floating-point tensors keep their values (and the model's integer and boolean buffers), a router's choice and a one-element random draw
-get typical ones, and sizes the model's own numbers decide are taken at their largest
+small floating-point tensors keep their values (and the model's integer and boolean buffers), a
+router's choice and a one-element random draw get typical ones, and sizes the model's own numbers decide are taken at their largest
 (``known_values.py``), so steps that read them (CTC losses, SpecAugment, experts run one by one,
 detectors) trace; mixture-of-experts grouped GEMMs are recorded as CUDA runs them
 (``grouped_gemm.py``); a submodule converted inside the step keeps its converted fake

@@ -118,7 +118,8 @@ def test_every_spec_survives_a_copy_to_another_process():
     # strategy="ddp_spawn" pickles the callback, and the spec it predicts for, into each process
     for spec in known_devices():
         copy = pickle.loads(pickle.dumps(spec))
-        assert copy == spec and copy.peak("bf16") == spec.peak("bf16") and copy.interconnect_gbs == spec.interconnect_gbs
+        assert copy == spec and copy.peak("bf16") == spec.peak("bf16")
+        assert copy.interconnect_gbs == spec.interconnect_gbs
 
 
 # ------------------------------------------------------------- key lookup
