@@ -271,7 +271,9 @@ def observe(rec: dict, eng: Engine, host_loop_s: float | None = None) -> Observe
             while ev[k][0] != "val_end":
                 k += 1
             run = ev[k + 1][1] - ev[j][1] if k + 1 < len(ev) and ev[k + 1][0] == "bs" else ev[k][1] - ev[j][1]
-            starts.append(run - n_val * (eng.val.step_s + loop_here) - eng.load_s)
+            # A save due at that batch (``every_n_train_steps``) runs before the validation: not its cost.
+            saved = sum(_after(ev, m) for m in range(j, i) if ev[m][0] == "ckpt")
+            starts.append(run - saved - n_val * (eng.val.step_s + loop_here) - eng.load_s)
         if e[0] == "epoch_start" and i > 0 and any(x[0] == "epoch_end" for x in ev[:i]):
             j = i
             while ev[j][0] != "epoch_end":
