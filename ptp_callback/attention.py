@@ -119,26 +119,35 @@ class _FusedAttention(torch.autograd.Function):
     """A fused attention kernel: records itself forward and backward, allocates its outputs."""
 
     @staticmethod
-    def forward(ctx: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, call: AttentionCall,
-                recorder: Any) -> torch.Tensor:
+    def forward(ctx: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias: torch.Tensor | None,
+                call: AttentionCall, recorder: Any) -> torch.Tensor:
+        """``bias``: a mask that is trained (a relative-position bias), else None: the kernel reads
+        it, and its backward writes the bias's gradient, as large as the attention scores."""
         b, hq, _hkv, sq, _sk, _d, dv = call.dims
         with recorder.paused():
             # The fused kernels write (batch, q_len, heads, dim) and return its transpose.
             out = torch.empty((b, sq, hq, dv), dtype=query.dtype, device=query.device).transpose(1, 2)
-        recorder.record(_NAMES[False], attention_cost(call, (query, key, value), (out,), backward=False),
-                        (query, key, value), out, replay=call.replay(query, key, value))
+        inputs = (query, key, value) + ((bias,) if bias is not None else ())
+        recorder.record(_NAMES[False], attention_cost(call, inputs, (out,), backward=False),
+                        inputs, out, replay=call.replay(query, key, value))
         ctx.call, ctx.recorder = call, recorder
         ctx.inputs = (query, key, value, out)
+        ctx.bias = bias
         return out
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:
         query, key, value, out = ctx.inputs
+        bias = ctx.bias
+        b, hq, _hkv, sq, sk, _d, _dv = ctx.call.dims
         with ctx.recorder.paused():
             grads = tuple(torch.empty_like(t) for t in (query, key, value))
+            # Autograd sums it down to the bias's own shape, as it sums the broadcast on a GPU.
+            grad_bias = None if bias is None else torch.empty((b, hq, sq, sk), dtype=bias.dtype, device=bias.device)
         inputs = (grad_out, query, key, value, out)
-        ctx.recorder.record(_NAMES[True], attention_cost(ctx.call, inputs, grads, backward=True), inputs, grads)
-        return (*grads, None, None)
+        outputs = grads + ((grad_bias,) if grad_bias is not None else ())
+        ctx.recorder.record(_NAMES[True], attention_cost(ctx.call, inputs, outputs, backward=True), inputs, outputs)
+        return (*grads, grad_bias, None, None)
 
 
 def run_sdpa(func: Any, args: tuple, kwargs: dict, recorder: Any) -> Any:
@@ -146,19 +155,22 @@ def run_sdpa(func: Any, args: tuple, kwargs: dict, recorder: Any) -> Any:
     bound = _sdpa_args(args, kwargs)
     query, key, value = bound["query"], bound["key"], bound["value"]
     device_type = query.device.type
+    mask = bound["attn_mask"]
     if torch.is_autocast_enabled(device_type):
-        # SDPA is on CUDA autocast's lower-precision list: its inputs are cast first.
+        # SDPA is on CUDA autocast's lower-precision list: its floating inputs, a float mask among
+        # them, are cast first.
         dtype = torch.get_autocast_dtype(device_type)
-        query, key, value = (t.to(dtype) if t.is_floating_point() and t.dtype != dtype else t
-                             for t in (query, key, value))
-    call = describe_call(query, key, value, bound["attn_mask"], bound["dropout_p"], bound["is_causal"],
+        query, key, value, mask = (t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point()
+                                   and t.dtype != dtype else t for t in (query, key, value, mask))
+    call = describe_call(query, key, value, mask, bound["dropout_p"], bound["is_causal"],
                          bound["scale"], bound["enable_gqa"])
     if call is None:
         return func(*args, **kwargs)
     with torch.autocast(device_type, enabled=False):
         if call.backend in FUSED_BACKENDS:
-            return _FusedAttention.apply(query, key, value, call, recorder)
-        mask = bound["attn_mask"]
+            # A trained mask (a relative-position bias) gets its gradient from the kernel's backward.
+            bias = mask if isinstance(mask, torch.Tensor) and mask.requires_grad else None
+            return _FusedAttention.apply(query, key, value, bias, call, recorder)
         return torch.ops.aten._scaled_dot_product_attention_math(
             query, key, value, mask, bound["dropout_p"], bound["is_causal"], None,
             scale=bound["scale"], enable_gqa=bool(bound["enable_gqa"]))[0]

@@ -416,6 +416,35 @@ def test_grouped_query_attention_is_one_fused_kernel(precision):
     assert attention[0].cost.flops == 524_288
 
 
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
+def test_a_trained_attention_bias_gets_its_gradient_from_the_fused_kernel_and_an_optimizer_update(precision):
+    # A relative-position bias passed as SDPA's mask (timm's BEiT, MaxViT, relative-position ViTs):
+    # the memory-efficient kernel's backward writes its gradient for every (batch, head) score,
+    # autograd sums it over the batch, and the optimizer updates it like every other parameter.
+    class BiasedAttention(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv = nn.Linear(32, 96)
+            self.bias = nn.Parameter(torch.zeros(4, 16, 16))
+
+        def forward(self, x):
+            q, k, v = self.qkv(x).view(2, 16, 3, 4, 8).permute(2, 0, 3, 1, 4)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=self.bias.unsqueeze(0))
+
+    model = BiasedAttention()
+    trace = trace_step(model, torch.randn(2, 16, 32), lambda m, x: m(x).float().square().mean(),
+                       torch.optim.AdamW(model.parameters(), foreach=False), precision)
+    forward, backward = [op for op in trace.ops if op.cost.op_class == "attention"]
+    assert forward.cost.kernel == backward.cost.kernel == "efficient"
+    assert forward.in_shapes[3] == (1, 4, 16, 16)  # the kernel reads the bias
+    assert (2, 4, 16, 16) in backward.out_shapes  # and writes its gradient for the whole batch
+    after = trace.ops[trace.ops.index(backward) + 1:]
+    assert any(op.name == "aten.sum.dim_IntList" and op.out_shapes == ((1, 4, 16, 16),) for op in after)
+    # AdamW without foreach updates each parameter with its own ops: the bias's (4, 16, 16) among them.
+    updated = {shape for op in trace.ops if op.phase == "optimizer" for shape in op.in_shapes}
+    assert (4, 16, 16) in updated
+
+
 def test_the_math_paths_safe_softmax_is_charged_its_four_passes():
     # fp32 grouped-query attention runs the unfused math path; its _safe_softmax is, in eager
     # PyTorch, softmax + eq(-inf) + all + where: four kernels over the 2 x 8 x 16 x 16 scores.
