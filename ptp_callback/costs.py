@@ -153,6 +153,9 @@ _DATA_MOVEMENT: frozenset[str] = frozenset((
     "reflection_pad1d_backward", "reflection_pad2d_backward", "reflection_pad3d", "reflection_pad3d_backward",
     "replication_pad1d", "replication_pad1d_backward", "replication_pad2d_backward", "replication_pad3d",
     "replication_pad3d_backward", "index_fill", "index_fill_", "diag_embed",
+    # Tensor.unfold's gradient (timm's HaloAttn blocks), channel shuffles, an EmbeddingBag's dense
+    # gradient, and sampling from a distribution: gathers and scatters over their tensors
+    "unfold_backward", "native_channel_shuffle", "_embedding_bag_dense_backward", "multinomial",
     # nn.Embedding(max_norm=...): the looked-up rows rescaled in place before the lookup
     "embedding_renorm_",
     # cuFFT: one to a few passes over the data for the sizes models use (FNO, FNet, spectrograms)

@@ -445,6 +445,26 @@ def test_a_trained_attention_bias_gets_its_gradient_from_the_fused_kernel_and_an
     assert (4, 16, 16) in updated
 
 
+def test_unfolded_blocks_channel_shuffles_and_embedding_bags_have_cost_rules():
+    class Blocks(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(4, 8, 3, padding=1)
+            self.shuffle = nn.ChannelShuffle(2)
+            self.bag = nn.EmbeddingBag(50, 8, mode="mean")
+
+        def forward(self, x, ids):
+            blocks = self.shuffle(self.conv(x)).unfold(2, 4, 4).unfold(3, 4, 4)  # HaloAttn's blocks
+            return blocks.mean((2, 3, 4, 5)) + self.bag(ids)
+
+    batch = (torch.randn(2, 4, 16, 16), torch.randint(0, 50, (2, 5)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the note on ops without a rule is a warning
+        trace = trace_step(Blocks(), batch, lambda m, b: m(*b).square().mean(), None, "32-true")
+    assert not trace.unknown_ops_note
+    assert "aten.unfold_backward.default" in names(trace, "backward")
+
+
 def test_the_math_paths_safe_softmax_is_charged_its_four_passes():
     # fp32 grouped-query attention runs the unfused math path; its _safe_softmax is, in eager
     # PyTorch, softmax + eq(-inf) + all + where: four kernels over the 2 x 8 x 16 x 16 scores.
