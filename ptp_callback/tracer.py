@@ -45,6 +45,7 @@ import contextlib
 import functools
 import logging
 import math
+import os
 import sys
 import time
 import warnings
@@ -901,7 +902,7 @@ def _trace(
                 step.optimizers[0].step()
                 step.optimizers[0].zero_grad()
         except Exception as exc:  # noqa: BLE001 - every failure becomes one clear TraceError
-            where = recorder.failed_op or "Python code outside any aten op"
+            where = recorder.failed_op or f"Python code outside any aten op{_raising_line(exc)}"
             raise TraceError(
                 f"could not trace the {'training' if train else 'validation'} step: {type(exc).__name__} at {where}: "
                 f"{exc}{_why(exc, proxy_for_cuda)}"
@@ -924,6 +925,20 @@ def _trace(
         hazards=hazards,
         peak_new_bytes=recorder.live.peak,
     )
+
+
+def _raising_line(exc: BaseException) -> str:
+    """`` (file.py:12: `the line`)``: the innermost line of the model's or step's own code in the
+    failure's traceback (PyTorch's and ptp_callback's frames passed over), or ``""``."""
+    import traceback
+
+    skipped = tuple(os.path.dirname(os.path.abspath(module.__file__)) + os.sep for module in (torch, contextlib))
+    skipped += (os.path.dirname(os.path.abspath(__file__)) + os.sep,)
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if not os.path.abspath(frame.filename).startswith(skipped):
+            code = f": `{frame.line.strip()}`" if frame.line else ""
+            return f" ({os.path.basename(frame.filename)}:{frame.lineno}{code})"
+    return ""
 
 
 def _why(exc: Exception, proxy_for_cuda: bool = False) -> str:
