@@ -30,7 +30,7 @@ used to fit a coefficient, so the score is a held-out figure. Where a step was r
 host probe, it is also predicted with every host cost scaled by the probe (this host's time per
 tiny op over the reference host's), and the two are compared: whether probing a GPU machine's host
 before step one would make its predictions better. On the third H200 machine (2026-11-27, 60
-steps) it made them worse: 15.4% MAPE with the reference host's costs, 18.1% scaled (scored 2026-11-29). The probe
+steps) it made them worse: 15.3% MAPE with the reference host's costs, 18.0% scaled (scored 2026-11-29). The probe
 read 6-12 us per op within one run, and fp32 steps ran faster than the reference host's costs
 say while autocast steps did not; so the callback does not probe it, and its calibration from the
 first measured steps corrects the host instead.
