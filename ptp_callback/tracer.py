@@ -948,8 +948,13 @@ def _why(exc: Exception, proxy_for_cuda: bool = False) -> str:
     if failed_over_packed_sequences(exc):
         return (" -- packed sequences (pack_padded_sequence) are traced for a GPU target only: a CPU runs a "
                 "recurrent layer over them step by step, by the values of their sizes")
+    if "flexattention" in str(exc).lower().replace(" ", "").replace("_", ""):
+        # Eager flex_attention compiles its own call (torch.compile, fullgraph) into a higher-order
+        # op: neither goes through the fake tensors' dispatch on any device.
+        return (" -- FlexAttention (torch.nn.attention.flex_attention) is not traced: its calls compile a graph "
+                "of their own; attention through F.scaled_dot_product_attention is")
     if proxy_for_cuda and "cpu" in str(exc).lower() and "same device" not in str(exc):
-        # FlexAttention's backward, a kernel the CPU lacks for a dtype ("not implemented for 'Half'")
+        # a kernel the CPU lacks for a dtype ("not implemented for 'Half'")
         return (" -- the step is traced on this machine's CPU in place of the GPU, and this op does not run "
                 "there: on a machine with a CUDA GPU the trace runs on the GPU")
     if isinstance(exc, DataDependentOutputException):
