@@ -65,6 +65,7 @@ from .known_values import (ValuedFakeTensorMode, checks_the_model, is_nms, known
 from .batches import map_batch
 from .costs import OpCost, describe_op, is_known, op_kind, tensors_in
 from .cuda_autocast import casts_to_fp32, cuda_autocast_on_cpu
+from .flex_attention import flex_attention_recorded
 from .fused import run_rms_norm
 from .garbage_collection import collect_new_objects_only
 from .clipping import ClippedGradients, clipping_of
@@ -889,6 +890,7 @@ def _trace(
         stack.enter_context(numpy_reads(recorder.read_into_numpy))
         if target_type == "cuda":
             stack.enter_context(_CudaKernels(recorder, proxy=proxy_for_cuda))
+            stack.enter_context(flex_attention_recorded(recorder))
         stack.enter_context(recorder)
         try:
             step = ManualStep(recorder, copies, scaler, clip, foreach=True if target_type == "cuda" else None)
@@ -948,11 +950,8 @@ def _why(exc: Exception, proxy_for_cuda: bool = False) -> str:
     if failed_over_packed_sequences(exc):
         return (" -- packed sequences (pack_padded_sequence) are traced for a GPU target only: a CPU runs a "
                 "recurrent layer over them step by step, by the values of their sizes")
-    if "flexattention" in str(exc).lower().replace(" ", "").replace("_", ""):
-        # Eager flex_attention compiles its own call (torch.compile, fullgraph) into a higher-order
-        # op: neither goes through the fake tensors' dispatch on any device.
-        return (" -- FlexAttention (torch.nn.attention.flex_attention) is not traced: its calls compile a graph "
-                "of their own; attention through F.scaled_dot_product_attention is")
+    if not proxy_for_cuda and "FlexAttention does not support backward on CPU" in str(exc):
+        return " -- the step fails the same way when it runs on this CPU: PyTorch runs FlexAttention's backward on GPUs"
     if proxy_for_cuda and "cpu" in str(exc).lower() and "same device" not in str(exc):
         # a kernel the CPU lacks for a dtype ("not implemented for 'Half'")
         return (" -- the step is traced on this machine's CPU in place of the GPU, and this op does not run "

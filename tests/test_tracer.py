@@ -300,23 +300,53 @@ def test_a_sparse_embedding_gradient_stays_sparse_for_an_optimizer_that_needs_it
     assert any(op.name.startswith("aten._sparse_coo_tensor") and op.phase == "backward" for op in trace.ops)
 
 
-def test_flex_attention_is_one_clear_error_that_names_the_models_line():
+class Flex(nn.Module):
+    def __init__(self, block_mask=None) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(64, 192)
+        self.block_mask = block_mask
+
+    def forward(self, x):
+        flex = pytest.importorskip("torch.nn.attention.flex_attention")
+        q, k, v = self.qkv(x).view(2, 256, 3, 4, 16).permute(2, 0, 3, 1, 4)
+        block_mask = self.block_mask
+        if callable(block_mask):  # a mask_mod: the mask is built in the step, as Hugging Face builds it
+            block_mask = flex.create_block_mask(block_mask, None, None, 256, 256, device=x.device)
+        return flex.flex_attention(q, k, v, block_mask=block_mask).mean((1, 2))
+
+
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
+def test_flex_attention_is_recorded_as_one_fused_kernel_for_a_gpu_target(precision):
     flex = pytest.importorskip("torch.nn.attention.flex_attention")
+    batch = (torch.randn(2, 256, 64), torch.randint(0, 10, (2,)))
+    dense = trace_step(Flex(), batch, ce_step, None, precision, target_type="cuda", trace_on="cpu")
+    forward, backward = [op for op in dense.ops if op.cost.op_class == "attention"]
+    assert (forward.name, backward.name) == ("ptp.flex_attention", "ptp.flex_attention_backward")
+    assert forward.cost.dims == (2, 4, 4, 256, 256, 16, 16)
+    assert forward.cost.dtype == ("bf16" if precision == "bf16-mixed" else "fp32")
+    # SDPA's formula: two GEMMs of 2 x 4 heads, 256 x 16 @ 16 x 256 and 256 x 256 @ 256 x 16.
+    assert forward.cost.flops == 2 * (2 * 2 * 4 * 256 * 256 * 16)
+    # A causal block mask built before the step (two 128-token blocks a side): 3 of 4 block pairs run.
+    # Built in the step, its block counts are fake: its mask_mod, evaluated on real positions, says
+    # the same. Two documents of 128 tokens, each attending within itself: 2 of 4.
+    causal = flex.create_block_mask(lambda b, h, q, kv: q >= kv, None, None, 256, 256, device="cpu")
+    documents = lambda b, h, q, kv: q // 128 == kv // 128  # noqa: E731
+    for mask, share in ((causal, 0.75), (lambda b, h, q, kv: q >= kv, 0.75), (documents, 0.5)):
+        masked = trace_step(Flex(mask), batch, ce_step, None, precision, target_type="cuda", trace_on="cpu")
+        assert [op.cost.flops for op in masked.ops if op.cost.op_class == "attention"] == [
+            share * forward.cost.flops, share * backward.cost.flops]
+    # The trace's stand-ins are gone: FlexAttention is the user's own again.
+    assert flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG is False
+    assert flex.flex_attention_hop is torch._higher_order_ops.flex_attention
 
-    class Flex(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.qkv = nn.Linear(64, 192)
 
-        def forward(self, x):
-            q, k, v = self.qkv(x).view(2, 32, 3, 4, 16).permute(2, 0, 3, 1, 4)
-            return flex.flex_attention(q, k, v).mean((1, 2))
-
+def test_flex_attention_for_a_cpu_target_is_one_clear_error_that_names_the_models_line():
+    pytest.importorskip("torch.nn.attention.flex_attention")
     # Raised by Python code, not by an op: the error names the model's line that called it.
     with pytest.raises(TraceError, match=r"outside any aten op \(test_tracer\.py:\d+: `return flex\.flex_attention"
-                                         r"\(q, k, v\)\.mean\(\(1, 2\)\)`\).*FlexAttention .* is not traced"):
-        trace_step(Flex(), (torch.randn(2, 32, 64), torch.randint(0, 10, (2,))), ce_step, None, "bf16-mixed",
-                   target_type="cuda", trace_on="cpu")
+                                         r".*fails the same way when it runs on this CPU"):
+        trace_step(Flex(), (torch.randn(2, 256, 64), torch.randint(0, 10, (2,))), ce_step, None, "32-true",
+                   target_type="cpu")
 
 
 def test_an_optimizer_that_needs_a_closure_is_one_clear_error():
