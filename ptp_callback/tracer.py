@@ -911,6 +911,9 @@ def _trace(
             ) from exc
 
     hazards = tuple(dict.fromkeys(h for h in (eps_underflow(c) for c in copies) if h))
+    if any(op.cost.op_class == "conv" and op.cost.dtype == "tf32" for op in recorder.ops):
+        # "32-true" says fp32; cuDNN's default (allow_tf32) runs its convolutions on TF32 tensor cores.
+        mappings.append("fp32 convolutions run in TF32 (torch.backends.cudnn.allow_tf32, on by default)")
     return Trace(
         ops=recorder.ops,
         precision=spec,

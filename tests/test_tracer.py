@@ -12,7 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from ptp_callback import TraceError, trace_step
+from ptp_callback import PrecisionSpec, TraceError, trace_step
 
 
 def mlp(width: int = 64) -> nn.Module:
@@ -495,6 +495,20 @@ def test_unfolded_blocks_channel_shuffles_and_embedding_bags_have_cost_rules():
         trace = trace_step(Blocks(), batch, lambda m, b: m(*b).square().mean(), None, "32-true")
     assert not trace.unknown_ops_note
     assert "aten.unfold_backward.default" in names(trace, "backward")
+
+
+@pytest.mark.parametrize("allow_tf32", [True, False])
+def test_a_32_true_trace_says_when_its_convolutions_run_in_tf32(allow_tf32):
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Flatten(), nn.LazyLinear(4))
+    batch = (torch.randn(2, 3, 8, 8), torch.randint(0, 4, (2,)))
+    model(batch[0])  # the lazy layer's shape
+    note = "fp32 convolutions run in TF32 (torch.backends.cudnn.allow_tf32, on by default)"
+    precision = PrecisionSpec.from_setting("32-true", conv_tf32=allow_tf32)
+    trace = trace_step(model, batch, ce_step, None, precision, target_type="cuda", trace_on="cpu")
+    assert (note in trace.mappings) == allow_tf32
+    # Under autocast the convolutions run in bf16: nothing to say.
+    assert note not in trace_step(model, batch, ce_step, None, "bf16-mixed", target_type="cuda",
+                                  trace_on="cpu").mappings
 
 
 def test_the_math_paths_safe_softmax_is_charged_its_four_passes():
