@@ -137,7 +137,9 @@ def simulate(
     corrections = corrections or {}
     coef = in_step_caches(trace, coef)
     unknown = (trace.unknown_ops_note,) if trace.unknown_ops_note else ()
-    warnings = support_notes(trace.precision, device) + _dtype_notes(trace, device) + unknown + trace.hazards
+    # What print(pred) shows, as trace_step warned of it: ops priced without a rule, sizes assumed.
+    assumed = (trace.taken_largest_note,) if trace.taken_largest_note else ()
+    warnings = support_notes(trace.precision, device) + _dtype_notes(trace, device) + unknown + assumed + trace.hazards
     synchronous = bool(coef.extra.get("synchronous", False))
     host = end = step_host_seconds(trace, coef) * corrections.get("host", 1.0)
     dev = 0.0
@@ -184,7 +186,6 @@ def simulate(
         precision=trace.precision.label,
         trace_s=trace.trace_s,
         kernel_s=kernel_times,
-        notes=tuple(trace.mappings) + tuple(note for note in (trace.taken_largest_note, trace.numbers_read_note) if note)
-        + warnings,
+        notes=tuple(trace.mappings) + ((trace.numbers_read_note,) if trace.numbers_read_note else ()) + warnings,
         warnings=warnings,
     )

@@ -49,6 +49,7 @@ import os
 import sys
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -90,6 +91,7 @@ OptimizerArg = (torch.optim.Optimizer | Callable[[list[torch.nn.Parameter]], tor
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
 _PRIM_DEVICE = torch.ops.prim.device.default
 _LOCAL_SCALAR = torch.ops.aten._local_scalar_dense.default
+_UNSCALE = torch.ops.aten._amp_foreach_non_finite_check_and_unscale_.default
 # One-element random draws, which Python may read (LayerDrop: ``if torch.rand([]) < p: skip``).
 _RANDOM_DRAWS = frozenset(getattr(torch.ops.aten.rand, name) for name in ("default", "generator")
                           if hasattr(torch.ops.aten.rand, name))
@@ -230,7 +232,8 @@ class Trace:
         if not self.taken_largest:
             return None
         listed = ", ".join(f"{name} x{n}" for name, n in sorted(self.taken_largest.items()))
-        return f"sizes decided by the model's own numbers taken at their largest (every element kept): {listed}"
+        return (f"sizes decided by the model's own numbers taken at their largest (every element kept): {listed}; "
+                "a step that keeps fewer runs faster than predicted")
 
     @property
     def proxy(self) -> bool:
@@ -294,6 +297,8 @@ class _Recorder(TorchDispatchMode):
         self.numbers_read = 0  # numbers the step read from its model's values (stand-ins given)
         self.checks_read = 0  # answers to checks of the model's numbers read (known_values.checks_the_model)
         self.live = LiveBytes()  # what the step's new tensors hold at once
+        # GradScaler's found_inf flags, by id: a healthy step's read 0.0 (its optimizer step runs)
+        self.found_inf: dict[int, Any] = {}
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         # The backward's ops come here from the autograd engine with the trace's torch function mode
@@ -339,6 +344,12 @@ class _Recorder(TorchDispatchMode):
 
     def _run(self, func: Any, args: tuple, kwargs: dict) -> Any:
         if func is _LOCAL_SCALAR and isinstance(args[0], FakeTensor):
+            flag = self.found_inf.get(id(args[0]))
+            if flag is not None and flag() is args[0]:
+                # A GradScaler in the step's own code asks whether the gradients overflowed: in a
+                # healthy step they did not (read 1.0, the scaler would skip the optimizer step).
+                self.checks_read += 1
+                return 0.0
             if args[0].constant is not None:
                 self.checks_read += checks_the_model(args[0])
                 with unset_fake_temporarily():  # what the fake mode returns, without its dispatch
@@ -348,6 +359,8 @@ class _Recorder(TorchDispatchMode):
                 # fake tensor has none, so the step goes on with a stand-in (``value_reads.py``).
                 self.numbers_read += 1
                 return STAND_IN
+        if func is _UNSCALE and isinstance(args[1], FakeTensor):
+            self.found_inf[id(args[1])] = weakref.ref(args[1])
         out = self.meta.run(func, args, kwargs)
         if out is NotImplemented and grouped_gemm.is_grouped_mm(func):
             out = grouped_gemm.fake_output(func, args, kwargs)
@@ -808,8 +821,7 @@ def trace_step(
     if traced.unknown_ops_note:
         warnings.warn(f"ptp: {traced.unknown_ops_note}", TraceWarning, stacklevel=2)
     if traced.taken_largest_note:
-        warnings.warn(f"ptp: {traced.taken_largest_note}; a step that keeps fewer runs faster than predicted",
-                      TraceWarning, stacklevel=2)
+        warnings.warn(f"ptp: {traced.taken_largest_note}", TraceWarning, stacklevel=2)
     return traced
 
 

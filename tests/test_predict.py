@@ -350,3 +350,37 @@ def test_the_precision_options_of_a_cpu_run_are_priced_with_its_probed_coefficie
         if other != "32-true":
             assert seconds == pytest.approx(ptp.predict_step(model, b, ce_step, precision=other, device="cpu").step_s,
                                             rel=1e-6)
+
+
+def test_print_shows_sizes_taken_at_their_largest_among_the_warnings():
+    class KeepsPositive(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj, self.head = nn.Linear(16, 16), nn.Linear(16, 4)
+
+        def forward(self, x):
+            h = self.proj(x)
+            return self.head(h[h.sum(-1) > 0])  # rows the model's numbers pick: all of them, at most
+
+    with pytest.warns(UserWarning, match="taken at their largest"):
+        pred = ptp.predict_step(KeepsPositive(), (torch.randn(32, 16),), lambda m, b: m(b[0]).square().mean(),
+                                precision="32-true", device="h100-sxm")
+    assert any("taken at their largest" in w and "runs faster than predicted" in w for w in pred.warnings)
+    assert "taken at their largest" in str(pred)
+
+
+def test_an_in_place_scatter_reduce_has_a_cost_rule():
+    class Pool(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = nn.Linear(8, 8)
+
+        def forward(self, x, index):
+            out = torch.zeros(4, 8).scatter_reduce_(0, index, self.proj(x), "amax", include_self=False)
+            return out.square().mean()
+
+    index = torch.randint(0, 4, (16, 1)).expand(16, 8)
+    pred = ptp.predict_step(Pool(), (torch.randn(16, 8), index), lambda m, b: m(*b), precision="32-true",
+                            device="h100-sxm")
+    assert any(op.name == "aten.scatter_reduce_.two" for op in pred.ops)
+    assert not pred.warnings

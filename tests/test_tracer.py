@@ -674,6 +674,33 @@ def test_prediction_does_not_depend_on_the_host_cpu_kernels(precision):
         assert b == pytest.approx(a, rel=0.01) and c == pytest.approx(a, rel=0.01)
 
 
+@pytest.mark.parametrize("target_type", ["cuda", "cpu"])
+def test_a_grad_scaler_in_the_steps_own_code_steps_the_optimizer_as_a_healthy_step_does(target_type):
+    # The step's own GradScaler reads found_inf with .item() and skips the optimizer step when it
+    # is not zero: read as a healthy step, no gradient overflowed.
+    from ptp_callback import ManualOptimization
+
+    model = nn.Sequential(nn.Linear(32, 16), nn.ReLU(), nn.Linear(16, 10))
+
+    def scaled_step(model, batch, step):
+        (optimizer,) = step.optimizers
+        scaler = torch.amp.GradScaler("cpu")
+        step.backward(scaler.scale(F.cross_entropy(model(batch[0]), batch[1])))
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+
+    optimizer = torch.optim.AdamW(model.parameters(), foreach=False)
+    trace = trace_step(model, mlp_batch(), scaled_step, ManualOptimization((optimizer,)), "32-true",
+                       target_type=target_type)
+    updates = [op for op in trace.ops if op.phase == "optimizer" and op.name == "aten.addcdiv_.default"]
+    assert len(updates) == 4  # AdamW's update of each of the 4 parameters
+    # On a GPU the read waits for the device, as GradScaler's does.
+    unscale = next(i for i, op in enumerate(trace.ops) if op.name.startswith("aten._amp_foreach_non_finite"))
+    syncs = [op.name for op in trace.ops[unscale:unscale + 3] if op.name == "ptp.sync"]
+    assert syncs == (["ptp.sync"] if target_type == "cuda" else [])
+
+
 def test_a_manual_step_records_each_backward_and_optimizer_step_and_leaves_the_real_ones_alone():
     from ptp_callback import ManualOptimization
 
