@@ -965,6 +965,10 @@ def _why(exc: Exception, proxy_for_cuda: bool = False) -> str:
     if failed_over_packed_sequences(exc):
         return (" -- packed sequences (pack_padded_sequence) are traced for a GPU target only: a CPU runs a "
                 "recurrent layer over them step by step, by the values of their sizes")
+    if "backward through the graph a second time" in str(exc):
+        return (" -- the step function ran the backward itself: return the loss (the trace runs the backward and "
+                "the optimizer step), or take a ptp.ManualOptimization and call step.backward(loss) and the "
+                "optimizers' step() (step.optimizers)")
     if not proxy_for_cuda and "FlexAttention does not support backward on CPU" in str(exc):
         return " -- the step fails the same way when it runs on this CPU: PyTorch runs FlexAttention's backward on GPUs"
     if proxy_for_cuda and "cpu" in str(exc).lower() and "same device" not in str(exc):

@@ -349,6 +349,16 @@ def test_flex_attention_for_a_cpu_target_is_one_clear_error_that_names_the_model
                    target_type="cpu")
 
 
+def test_a_step_function_that_runs_its_own_backward_is_told_what_to_do_instead():
+    def steps_itself(model, batch):
+        loss = ce_step(model, batch)
+        loss.backward()
+        return loss
+
+    with pytest.raises(TraceError, match=r"ran the backward itself: return the loss .* ptp\.ManualOptimization"):
+        trace_step(mlp(), mlp_batch(), steps_itself, None, "32-true")
+
+
 def test_an_optimizer_that_needs_a_closure_is_one_clear_error():
     with pytest.raises(TraceError, match=r"LBFGS.step\(\) needs a closure"):
         trace_step(mlp(), mlp_batch(), ce_step, lambda params: torch.optim.LBFGS(params), "32-true")
