@@ -206,3 +206,26 @@ def cuda_autocast_on_cpu() -> Iterator[list[str]]:
         yield overridden
     finally:
         library._destroy()
+
+
+@contextlib.contextmanager
+def cuda_regions_on_cpu() -> Iterator[None]:
+    """Until exit, an autocast region the step opens for CUDA (``torch.autocast("cuda", ...)``,
+    ``torch.cuda.amp.autocast``) opens on the CPU that stands in for the GPU, in CUDA's default
+    dtype where it names none: an fp32 island (``enabled=False``) stays fp32, an fp16 region fp16.
+    Without it the region is a no-op on a machine without CUDA, and its ops take the precision's
+    autocast."""
+    autocast = torch.amp.autocast_mode.autocast
+    original = autocast.__init__
+
+    def __init__(self: Any, device_type: str, dtype: torch.dtype | None = None, enabled: bool = True,
+                 cache_enabled: bool | None = None) -> None:
+        if device_type == "cuda":
+            device_type, dtype = "cpu", dtype if dtype is not None else torch.get_autocast_dtype("cuda")
+        original(self, device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
+
+    autocast.__init__ = __init__  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        autocast.__init__ = original  # type: ignore[method-assign]

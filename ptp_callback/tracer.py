@@ -65,7 +65,7 @@ from .known_values import (ValuedFakeTensorMode, checks_the_model, is_nms, known
                            sized_by_values, spread_evenly, valued_fake)
 from .batches import map_batch
 from .costs import OpCost, describe_op, is_known, op_kind, tensors_in
-from .cuda_autocast import casts_to_fp32, cuda_autocast_on_cpu
+from .cuda_autocast import casts_to_fp32, cuda_autocast_on_cpu, cuda_regions_on_cpu
 from .flex_attention import flex_attention_recorded
 from .fused import run_rms_norm
 from .garbage_collection import collect_new_objects_only
@@ -903,6 +903,8 @@ def _trace(
         if target_type == "cuda":
             stack.enter_context(_CudaKernels(recorder, proxy=proxy_for_cuda))
             stack.enter_context(flex_attention_recorded(recorder))
+            if proxy_for_cuda:
+                stack.enter_context(cuda_regions_on_cpu())
         stack.enter_context(recorder)
         try:
             step = ManualStep(recorder, copies, scaler, clip, foreach=True if target_type == "cuda" else None)

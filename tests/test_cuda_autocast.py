@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from ptp_callback import cuda_autocast
+from ptp_callback import cuda_autocast, trace_step
 
 
 def _header_list(text: str, macro: str) -> list[str]:
@@ -77,3 +78,33 @@ def test_matmuls_still_run_in_lower_precision():
     with cuda_autocast.cuda_autocast_on_cpu(), torch.autocast("cpu", dtype=torch.bfloat16):
         assert F.linear(torch.randn(2, 8), torch.randn(4, 8)).dtype == torch.bfloat16
         assert torch.einsum("ij,jk->ik", torch.randn(2, 8), torch.randn(8, 3)).dtype == torch.bfloat16
+
+
+class Islands(torch.nn.Module):
+    """GPU code's own autocast regions: an fp32 island, an fp16 region, the older CUDA-only API."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b, self.c, self.d = (torch.nn.Linear(16, 16) for _ in range(4))
+
+    def forward(self, x):
+        x = self.a(x)
+        with torch.autocast("cuda", enabled=False):
+            x = self.b(x.float())
+        with torch.autocast("cuda", dtype=torch.float16):
+            x = self.c(x)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # torch.cuda.amp.autocast is deprecated
+            island = torch.cuda.amp.autocast(enabled=False)
+        with island:
+            return self.d(x.float()).float().sum()
+
+
+def test_a_steps_own_cuda_autocast_regions_are_kept_on_the_cpu_proxy():
+    trace = trace_step(Islands(), (torch.randn(4, 16),), lambda m, b: m(b[0]), None, "bf16-mixed",
+                       target_type="cuda", trace_on="cpu")
+    gemms = {op.module.rsplit(".", 1)[-1]: op.cost.dtype for op in trace.ops
+             if op.phase == "forward" and op.cost.op_class == "gemm"}
+    assert gemms == {"a": "bf16", "b": "fp32", "c": "fp16", "d": "fp32"}
+    # Outside a trace, torch.autocast("cuda") is PyTorch's own again.
+    assert torch.amp.autocast_mode.autocast.__init__.__module__ == "torch.amp.autocast_mode"
