@@ -63,12 +63,28 @@ CUDA_PROMOTE_OPS: tuple[str, ...] = (
     "scatter_add",
 )
 
-# CPU autocast casts these to fp32 but CUDA leaves them alone (they then decompose into ops
-# CUDA does cast, e.g. cross_entropy_loss -> log_softmax(dtype=float32) + nll_loss).
-CPU_ONLY_FP32_OPS: tuple[str, ...] = (
-    "cross_entropy_loss", "avg_pool3d", "max_pool3d", "adaptive_avg_pool3d", "reflection_pad1d",
-    "reflection_pad2d", "replication_pad1d", "replication_pad2d", "replication_pad3d",
+# CPU autocast casts these to fp32, or promotes their inputs to the widest type (``cat``, ``stack``,
+# ``index_copy``), but CUDA autocast has no kernel for them: on a GPU they run on their inputs as
+# they come (or decompose into ops CUDA does cast, e.g. cross_entropy_loss -> log_softmax(dtype=
+# float32) + nll_loss). Replayed as CPU autocast applies them, a CPU proxy would record casts no GPU
+# runs, and stop where CPU autocast refuses a mix of fp16 and bf16 that a GPU's ``cat`` takes
+# (a cuDNN LSTM's fp16 output beside bf16 activations). CPU autocast's lower-precision ops without a
+# CUDA kernel (``conv2d.padding``, ``_addmm_activation``) stay: they decompose into ops CUDA casts alike.
+CPU_ONLY_AUTOCAST_OPS: tuple[str, ...] = (
+    "cross_entropy_loss", "avg_pool3d", "max_pool3d", "adaptive_avg_pool3d", "adaptive_max_pool3d",
+    "reflection_pad1d", "reflection_pad2d", "replication_pad1d", "replication_pad2d", "replication_pad3d",
     "grid_sampler", "grid_sampler_2d", "grid_sampler_3d", "max_unpool2d", "max_unpool3d",
+    "fractional_max_pool2d", "fractional_max_pool3d", "cat", "stack", "index_copy",
+    "ctc_loss.IntList", "ctc_loss.Tensor", "multilabel_margin_loss_forward", "fake_quantize_per_tensor_affine",
+    "fft_fft", "fft_ifft", "fft_fft2", "fft_ifft2", "fft_fftn", "fft_ifftn", "fft_rfft", "fft_irfft",
+    "fft_rfft2", "fft_irfft2", "fft_rfftn", "fft_irfftn", "fft_hfft", "fft_ihfft", "stft", "stft.center",
+    "polar", "view_as_complex", "quantile", "quantile.scalar", "nanquantile", "nanquantile.scalar", "trace",
+    "inverse", "pinverse", "svd", "geqrf", "orgqr", "ormqr", "cholesky_inverse", "cholesky_solve", "lu_solve",
+    "triangular_solve", "_lu_with_info", "linalg_cholesky", "linalg_cholesky_ex", "linalg_cond",
+    "linalg_cond.p_str", "linalg_eig", "linalg_eigh", "linalg_eigvals", "linalg_eigvalsh",
+    "linalg_householder_product", "linalg_inv", "linalg_inv_ex", "linalg_lstsq", "linalg_matrix_rank",
+    "linalg_matrix_rank.atol_rtol_float", "linalg_matrix_rank.atol_rtol_tensor", "linalg_matrix_rank.tol_tensor",
+    "linalg_qr", "linalg_solve", "linalg_svd", "linalg_svdvals", "linalg_tensorinv", "linalg_tensorsolve",
 )
 
 _AUTOCAST_CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
@@ -91,12 +107,12 @@ def active_policy() -> dict[str, tuple[str, ...]]:
     """
     lists = {"fp32": CUDA_FP32_OPS, "fp32_set_opt_dtype": CUDA_FP32_SET_OPT_DTYPE_OPS,
              "lower_precision": CUDA_ONLY_LOWER_PRECISION_OPS, "promote": CUDA_PROMOTE_OPS,
-             "cpu_only_fp32": CPU_ONLY_FP32_OPS}
+             "cpu_only": CPU_ONLY_AUTOCAST_OPS}
     if not _cuda_autocast_kernel("mm"):
         return lists
     policy = {key: tuple(op for op in ops if _cuda_autocast_kernel(op)) for key, ops in lists.items()
-              if key != "cpu_only_fp32"}
-    policy["cpu_only_fp32"] = tuple(op for op in CPU_ONLY_FP32_OPS if not _cuda_autocast_kernel(op))
+              if key != "cpu_only"}
+    policy["cpu_only"] = tuple(op for op in CPU_ONLY_AUTOCAST_OPS if not _cuda_autocast_kernel(op))
     return policy
 
 
@@ -186,7 +202,7 @@ _POLICIES: tuple[tuple[str, Callable[[torch._ops.OpOverload], Callable[..., Any]
     ("fp32_set_opt_dtype", _set_opt_dtype_kernel),
     ("lower_precision", lambda op: _cast_kernel(op, _to_lower_precision)),
     ("promote", _promote_kernel),
-    ("cpu_only_fp32", _passthrough_kernel),
+    ("cpu_only", _passthrough_kernel),
 )
 
 

@@ -988,6 +988,11 @@ def _why(exc: Exception, proxy_for_cuda: bool = False) -> str:
     if "out of bounds" in str(exc):
         return (" -- an index the batch holds is out of range (labels beyond the model's classes, token ids "
                 "beyond its vocabulary): the step fails the same way on a GPU")
+    if "Unsupported dtype BFloat16" in str(exc):
+        # cuFFT's transforms (torch.fft, stft): CUDA autocast leaves them in the input's dtype
+        return (" -- an FFT of a bf16 tensor, which PyTorch's CUDA FFTs reject too (autocast does not cast them): "
+                "the step fails the same way on a GPU under this precision; casting the FFT's input to float32 "
+                "avoids it")
     if "at::autocast::prioritize" in str(exc):
         return (" -- autocast met fp16 and bf16 tensors in one op (a cuDNN LSTM/GRU returns fp16 under any "
                 "autocast): the step fails the same way on a GPU under this precision; 16-mixed, or casting "

@@ -868,17 +868,36 @@ def test_a_step_that_converts_a_submodule_traces_and_the_real_model_is_left_as_i
     assert {name: (p, p.dtype) for name, p in model.named_parameters()} == before
 
 
-def test_autocast_mixing_fp16_and_bf16_says_the_gpu_fails_the_same_way():
-    class TwoLSTMs(nn.Module):
+def test_ops_only_cpu_autocast_casts_run_on_their_inputs_as_a_gpu_runs_them():
+    class LSTMBesideLinear(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.a, self.b = nn.LSTM(32, 16, batch_first=True), nn.LSTM(32, 16, batch_first=True)
+            self.lstm, self.proj = nn.LSTM(32, 16, batch_first=True), nn.Linear(32, 16)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return torch.cat([self.a(x)[0], self.b(x)[0]], -1).float().sum()  # cuDNN LSTMs return fp16
+            # A cuDNN LSTM returns fp16 under any autocast, the linear layer bf16: CUDA autocast has no
+            # kernel for cat (CPU's refuses the mix), so cat promotes them itself, to fp32.
+            return torch.cat([self.lstm(x)[0], self.proj(x)], -1).sum()
 
-    with pytest.raises(TraceError, match=r"\(test_tracer\.py:\d+: `return torch\.cat\(.*fails the same way on a GPU"):
-        trace_step(TwoLSTMs(), (torch.randn(2, 8, 32),), lambda m, b: m(b[0]), None, "bf16-mixed",
+    trace = trace_step(LSTMBesideLinear(), (torch.randn(2, 8, 32),), lambda m, b: m(b[0]), None, "bf16-mixed",
+                       target_type="cuda", trace_on="cpu")
+    forward = [op for op in trace.ops if op.phase == "forward"]
+    cat = next(op for op in forward if op.name == "aten.cat.default")
+    assert set(cat.in_dtypes) == {"fp16", "bf16"} and cat.out_dtypes == ("fp32",)
+    assert forward[forward.index(cat) - 1].cost.op_class != "cast"  # no cast of CPU autocast's before it
+
+
+def test_an_fft_of_bf16_says_the_gpu_fails_the_same_way():
+    class Spectral(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = nn.Linear(64, 64)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.fft.rfft(self.proj(x), dim=-1).abs().sum()  # CUDA autocast leaves rfft in bf16
+
+    with pytest.raises(TraceError, match=r"`return torch\.fft\.rfft\(.*fails the same way on a GPU"):
+        trace_step(Spectral(), (torch.randn(4, 64),), lambda m, b: m(b[0]), None, "bf16-mixed",
                    target_type="cuda", trace_on="cpu")
 
 
