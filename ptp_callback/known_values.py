@@ -24,7 +24,7 @@ the fake tensors without its inputs' values, as before, and is not computed for 
 whose output memory is uninitialized (``new_empty`` of a valued tensor, which ``index``'s meta
 kernel starts with) never carries values.
 
-Values that come from the model's own numbers cannot be known, so three kinds are given typical
+Values that come from the model's own numbers cannot be known, so four kinds are given typical
 or bounding ones, stated here:
 
 * a one-element uniform draw reads as 0.5, the median of U(0, 1): LayerDrop (M2M100, NLLB, LED,
@@ -42,8 +42,13 @@ or bounding ones, stated here:
   ``nms`` keep of an input without values is taken at its largest: every element. A detector's
   proposal filters keep nearly all in training, its samplers then draw their fixed counts (512
   regions, 256 anchors per image), and NMS is followed by a fixed top-N, so two-stage detectors
-  trace with their real training sizes; a mask or keypoint head is run on every sampled region,
-  not only the positive ones (an over-prediction). The trace warns, listing these ops.
+  trace with about their real training sizes; a mask or keypoint head is run on every sampled
+  region, not only the positive ones (an over-prediction). The trace warns, listing these ops;
+* a ``randperm`` (a sampler's random choice of regions) is a random permutation, a different one
+  for each draw of the trace, from fixed seeds: torchvision's ``BalancedPositiveNegativeSampler``
+  then picks its positive and negative regions from the proposals as it does in training. Its
+  positives and negatives, both every proposal here, overlap where they picked the same ones:
+  of its 512 regions an image about 490 (2,000 proposals) remain.
 """
 
 from __future__ import annotations
@@ -114,7 +119,7 @@ class ValuedFakeTensorMode(FakeTensorMode):
             finite = _as_finite(func, args)
             if finite is not None:  # a check of the model's numbers: finite, and keeping their invariants
                 with unset_fake_temporarily():
-                    out.constant = torch.full(out.shape, finite, dtype=torch.bool)
+                    give_values(out, torch.full(out.shape, finite, dtype=torch.bool))
                 out._ptp_checks_the_model = True  # read on a GPU, it waits for the model's numbers
         elif isinstance(out, FakeTensor) and out.constant is not None and any(map(checks_the_model, fakes)):
             out._ptp_checks_the_model = True  # computed from such an answer (``all`` of ``x == x``)
@@ -123,7 +128,7 @@ class ValuedFakeTensorMode(FakeTensorMode):
             with unset_fake_temporarily():
                 real = tree_map(lambda v: torch.zeros(v.shape, dtype=v.dtype) if isinstance(v, FakeTensor) else v, args)
                 options = {k: v for k, v in kwargs.items() if k not in ("device", "pin_memory")}
-                out.constant = func(*real, **options).to(out.dtype)
+                give_values(out, func(*real, **options).to(out.dtype))
         return out
 
     def _keeps_values(self, func: Any, t: FakeTensor) -> bool:
@@ -297,6 +302,15 @@ def is_nms(func: Any) -> bool:
     return getattr(func, "namespace", "aten") == "torchvision" and func.overloadpacket.__name__ == "nms"
 
 
+def give_values(t: FakeTensor, value: torch.Tensor) -> None:
+    """Give fake tensor ``t`` the values ``value`` (a real tensor of its shape), registered with its
+    fake mode as the mode's own constants are: an op without values that later writes into ``t``
+    (``mask[indices] = 1``) takes them away, where a kept stale value would say what ``t`` no
+    longer holds (a sampler's mask still all zeros: no regions sampled)."""
+    t.constant = value
+    t.fake_mode.fake_tensor_converter.add_constant_storage_mapping(t)
+
+
 def known_number(t: Any) -> int | float | bool | None:
     """The number a zero-dimensional fake tensor with a known value holds, else ``None``."""
     if isinstance(t, FakeTensor) and t.dim() == 0 and t.constant is not None:
@@ -309,7 +323,7 @@ def reads_as_median(draw: Any, low: float = 0.0, high: float = 1.0) -> None:
     """Give a one-element draw from U(low, high) on the CPU proxy its median (see module doc)."""
     if isinstance(draw, FakeTensor) and draw.numel() == 1 and draw.constant is None and draw.fake_device.type == "cpu":
         with unset_fake_temporarily():
-            draw.constant = torch.full(draw.shape, (low + high) / 2, dtype=draw.dtype)
+            give_values(draw, torch.full(draw.shape, (low + high) / 2, dtype=draw.dtype))
 
 
 def spread_evenly(indices: Any, dim: int | None, choices: int) -> None:
@@ -328,4 +342,15 @@ def spread_evenly(indices: Any, dim: int | None, choices: int) -> None:
             rows = indices.numel() // max(1, k)
             picks = (torch.arange(rows).unsqueeze(-1) * k + torch.arange(k)) % choices
             value = picks.reshape(moved).movedim(-1, dim).to(indices.dtype).contiguous()
-        indices.constant = torch.empty_strided(indices.shape, indices.stride(), dtype=indices.dtype).copy_(value)
+        give_values(indices, torch.empty_strided(indices.shape, indices.stride(), dtype=indices.dtype).copy_(value))
+
+
+def permutes_at_random(perm: Any, draw: int) -> None:
+    """Give a ``randperm`` on the CPU proxy (up to :data:`VALUE_LIMIT` elements) the values of a
+    random permutation, the ``draw``-th of the trace (see module doc)."""
+    if (not isinstance(perm, FakeTensor) or perm.constant is not None or perm.fake_device.type != "cpu"
+            or perm.numel() > VALUE_LIMIT or perm.dim() != 1):
+        return
+    with unset_fake_temporarily():
+        generator = torch.Generator().manual_seed(draw)
+        give_values(perm, torch.randperm(perm.numel(), generator=generator).to(perm.dtype))

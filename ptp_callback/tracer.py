@@ -61,8 +61,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import grouped_gemm
 from .attention import run_sdpa
-from .known_values import (ValuedFakeTensorMode, checks_the_model, is_nms, known_number, reads_as_median,
-                           sized_by_values, spread_evenly, valued_fake)
+from .known_values import (ValuedFakeTensorMode, checks_the_model, is_nms, known_number, permutes_at_random,
+                           reads_as_median, sized_by_values, spread_evenly, valued_fake)
 from .batches import map_batch
 from .costs import OpCost, describe_op, is_known, op_kind, tensors_in
 from .cuda_autocast import casts_to_fp32, cuda_autocast_on_cpu, cuda_regions_on_cpu
@@ -95,6 +95,8 @@ _UNSCALE = torch.ops.aten._amp_foreach_non_finite_check_and_unscale_.default
 # One-element random draws, which Python may read (LayerDrop: ``if torch.rand([]) < p: skip``).
 _RANDOM_DRAWS = frozenset(getattr(torch.ops.aten.rand, name) for name in ("default", "generator")
                           if hasattr(torch.ops.aten.rand, name))
+_RANDPERM = frozenset(getattr(torch.ops.aten.randperm, name) for name in ("default", "generator")
+                      if hasattr(torch.ops.aten.randperm, name))
 _UNIFORM = torch.ops.aten.uniform_.default
 _TOPK = torch.ops.aten.topk.default
 _MAX_DIM = torch.ops.aten.max.dim
@@ -299,6 +301,7 @@ class _Recorder(TorchDispatchMode):
         self.live = LiveBytes()  # what the step's new tensors hold at once
         # GradScaler's found_inf flags, by id: a healthy step's read 0.0 (its optimizer step runs)
         self.found_inf: dict[int, Any] = {}
+        self.draws = 0  # randperm draws given values (known_values.permutes_at_random)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         # The backward's ops come here from the autograd engine with the trace's torch function mode
@@ -369,6 +372,9 @@ class _Recorder(TorchDispatchMode):
         out = func(*args, **kwargs) if out is NotImplemented else out
         if func in _RANDOM_DRAWS:
             reads_as_median(out)
+        elif func in _RANDPERM:
+            self.draws += 1
+            permutes_at_random(out, self.draws)
         elif func is _UNIFORM:
             reads_as_median(out, args[1] if len(args) > 1 else kwargs.get("from", 0.0),
                             args[2] if len(args) > 2 else kwargs.get("to", 1.0))

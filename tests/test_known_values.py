@@ -496,3 +496,38 @@ def test_values_handed_to_numpy_read_as_stand_ins_and_the_batchs_as_themselves(t
     assert trace.numbers_read == 1
     assert len([op for op in trace.ops if op.name == "ptp.sync"]) == (1 if target_type == "cuda" else 0)
     assert torch.empty(2).numpy().shape == (2,)  # real tensors are untouched, during the trace and after
+
+
+def test_a_write_without_values_into_a_filled_mask_takes_its_values_away():
+    with known_values.ValuedFakeTensorMode(allow_non_fake_inputs=True):
+        labels = torch.empty(100, dtype=torch.long)  # values the model decides: none
+        picked = torch.where(labels >= 1)[0][:10] + labels[:10]  # indices without values
+        mask = torch.zeros(100, dtype=torch.uint8)
+        assert mask.constant is not None  # a fill keeps its values...
+        mask[picked] = 1
+        assert mask.constant is None  # ...until a write without values: no stale zeros
+        assert torch.where(mask)[0].shape == (100,)  # taken at its largest, not empty
+
+
+def test_a_samplers_random_permutations_pick_its_regions_as_in_training():
+    # torchvision's BalancedPositiveNegativeSampler: 512 regions an image, a quarter positive, each
+    # set drawn with randperm from the proposals. Its labels are the model's: every proposal is a
+    # positive and a negative at once (taken at their largest), and the two random draws overlap.
+    sampler_module = pytest.importorskip("torchvision.models.detection._utils")
+    sampler = sampler_module.BalancedPositiveNegativeSampler(512, 0.25)
+    model = nn.ModuleDict({"score": nn.Linear(16, 1), "head": nn.Linear(16, 32)})
+
+    def step(model, batch):
+        (x,) = batch
+        labels = (model["score"](x).squeeze(1) > 0).long()
+        positive, negative = sampler([labels])
+        regions = torch.where(positive[0] | negative[0])[0]
+        return model["head"](x[regions]).square().mean()
+
+    with pytest.warns(UserWarning, match="taken at their largest"):
+        trace = trace_step(model, (torch.randn(2000, 16),), step, None, "32-true", target_type="cuda", trace_on="cpu")
+    (head,) = [op for op in trace.ops if op.phase == "forward" and op.module.endswith("head")]
+    # 128 positives and 384 negatives of 2,000: about 25 picked twice
+    assert 450 <= head.cost.gemm[1] <= 512
+    draws = [op for op in trace.ops if op.name.startswith("aten.randperm")]
+    assert len(draws) == 2
