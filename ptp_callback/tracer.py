@@ -973,6 +973,10 @@ def _why(exc: Exception, proxy_for_cuda: bool = False) -> str:
     if failed_over_packed_sequences(exc):
         return (" -- packed sequences (pack_padded_sequence) are traced for a GPU target only: a CPU runs a "
                 "recurrent layer over them step by step, by the values of their sizes")
+    if "does not require grad and does not have a grad_fn" in str(exc):
+        return (" -- the loss depends on no trained parameter in the trace: a branch on a random draw read "
+                "as its median (LayerDrop with a drop probability of 0.5 or more skips every layer) or on a "
+                "value the trace does not have")
     if "backward through the graph a second time" in str(exc):
         return (" -- the step function ran the backward itself: return the loss (the trace runs the backward and "
                 "the optimizer step), or take a ptp.ManualOptimization and call step.backward(loss) and the "

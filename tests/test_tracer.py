@@ -359,6 +359,22 @@ def test_a_step_function_that_runs_its_own_backward_is_told_what_to_do_instead()
         trace_step(mlp(), mlp_batch(), steps_itself, None, "32-true")
 
 
+def test_a_step_whose_random_branch_skips_every_layer_says_why_its_loss_has_no_gradient():
+    class LayerDrop(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = nn.ModuleList(nn.Linear(32, 32) for _ in range(2))
+
+        def forward(self, x):
+            for layer in self.layers:
+                if torch.rand([]) >= 0.6:  # kept with probability 0.4: the median draw skips it
+                    x = layer(x)
+            return x.square().mean()
+
+    with pytest.raises(TraceError, match=r"loss depends on no trained parameter.*LayerDrop"):
+        trace_step(LayerDrop(), (torch.randn(4, 32),), lambda m, b: m(b[0]), None, "32-true")
+
+
 def test_an_optimizer_that_needs_a_closure_is_one_clear_error():
     with pytest.raises(TraceError, match=r"LBFGS.step\(\) needs a closure"):
         trace_step(mlp(), mlp_batch(), ce_step, lambda params: torch.optim.LBFGS(params), "32-true")
