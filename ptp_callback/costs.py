@@ -136,7 +136,8 @@ _FILL_OPS: frozenset[str] = frozenset((
 _DATA_MOVEMENT: frozenset[str] = frozenset((
     "copy_", "_to_copy", "clone", "contiguous", "cat", "stack", "index", "index_put_", "index_put", "_index_put_impl_",
     "index_select", "index_add", "index_add_", "index_copy", "index_copy_", "gather", "scatter", "scatter_",
-    "scatter_add", "scatter_add_", "scatter_reduce", "scatter_reduce_", "masked_fill", "masked_fill_", "masked_scatter", "masked_scatter_backward", "masked_select", "where", "constant_pad_nd",
+    "scatter_add", "scatter_add_", "scatter_reduce", "scatter_reduce_", "masked_fill", "masked_fill_",
+    "masked_scatter", "masked_scatter_backward", "masked_select", "where", "constant_pad_nd",
     "reflection_pad2d", "replication_pad2d", "repeat", "repeat_interleave", "_unsafe_index", "_unsafe_index_put",
     "slice_backward", "select_backward", "slice_scatter", "select_scatter", "diagonal_backward", "as_strided_scatter",
     "native_dropout", "native_dropout_backward", "tril", "triu", "tril_", "triu_", "roll", "flip", "narrow_copy",

@@ -966,24 +966,43 @@ def _raising_line(exc: BaseException) -> str:
     return ""
 
 
+# Failures whose message alone would not tell the user what happened: a part of the message, and
+# what it means.
+_EXPLAINED: tuple[tuple[str, str], ...] = (
+    ("does not require grad and does not have a grad_fn",
+     "the loss depends on no trained parameter in the trace: a branch on a random draw read as its median "
+     "(LayerDrop with a drop probability of 0.5 or more skips every layer) or on a value the trace does not have"),
+    ("backward through the graph a second time",
+     "the step function ran the backward itself: return the loss (the trace runs the backward and the optimizer "
+     "step), or take a ptp.ManualOptimization and call step.backward(loss) and the optimizers' step() "
+     "(step.optimizers)"),
+    (".numpy() is not supported for tensor subclasses",
+     "the step hands the model's numbers to NumPy, which a trace on fake tensors does not have"),
+    ("out of bounds",
+     "an index the batch holds is out of range (labels beyond the model's classes, token ids beyond its "
+     "vocabulary): the step fails the same way on a GPU"),
+    # cuFFT's transforms (torch.fft, stft): CUDA autocast leaves them in the input's dtype
+    ("Unsupported dtype BFloat16",
+     "an FFT of a bf16 tensor, which PyTorch's CUDA FFTs reject too (autocast does not cast them): the step fails "
+     "the same way on a GPU under this precision; casting the FFT's input to float32 avoids it"),
+    ("at::autocast::prioritize",
+     "autocast met fp16 and bf16 tensors in one op (a cuDNN LSTM/GRU returns fp16 under any autocast): the step "
+     "fails the same way on a GPU under this precision; 16-mixed, or casting the recurrent layer's output, "
+     "avoids it"),
+)
+
+
 def _why(exc: Exception, proxy_for_cuda: bool = False) -> str:
     """What a failure the user cannot act on from its name alone means."""
     from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 
+    message = str(exc)
     if failed_over_packed_sequences(exc):
         return (" -- packed sequences (pack_padded_sequence) are traced for a GPU target only: a CPU runs a "
                 "recurrent layer over them step by step, by the values of their sizes")
-    if "does not require grad and does not have a grad_fn" in str(exc):
-        return (" -- the loss depends on no trained parameter in the trace: a branch on a random draw read "
-                "as its median (LayerDrop with a drop probability of 0.5 or more skips every layer) or on a "
-                "value the trace does not have")
-    if "backward through the graph a second time" in str(exc):
-        return (" -- the step function ran the backward itself: return the loss (the trace runs the backward and "
-                "the optimizer step), or take a ptp.ManualOptimization and call step.backward(loss) and the "
-                "optimizers' step() (step.optimizers)")
-    if not proxy_for_cuda and "FlexAttention does not support backward on CPU" in str(exc):
+    if not proxy_for_cuda and "FlexAttention does not support backward on CPU" in message:
         return " -- the step fails the same way when it runs on this CPU: PyTorch runs FlexAttention's backward on GPUs"
-    if proxy_for_cuda and "cpu" in str(exc).lower() and "same device" not in str(exc):
+    if proxy_for_cuda and "cpu" in message.lower() and "same device" not in message:
         # a kernel the CPU lacks for a dtype ("not implemented for 'Half'")
         return (" -- the step is traced on this machine's CPU in place of the GPU, and this op does not run "
                 "there: on a machine with a CUDA GPU the trace runs on the GPU")
@@ -993,21 +1012,7 @@ def _why(exc: Exception, proxy_for_cuda: bool = False) -> str:
     if isinstance(exc, DynamicOutputShapeException):
         return (" -- this op's output size depends on the values of its inputs (packed sequences, lengths, "
                 "unique values), which a trace on fake tensors does not have")
-    if ".numpy() is not supported for tensor subclasses" in str(exc):
-        return " -- the step hands the model's numbers to NumPy, which a trace on fake tensors does not have"
-    if "out of bounds" in str(exc):
-        return (" -- an index the batch holds is out of range (labels beyond the model's classes, token ids "
-                "beyond its vocabulary): the step fails the same way on a GPU")
-    if "Unsupported dtype BFloat16" in str(exc):
-        # cuFFT's transforms (torch.fft, stft): CUDA autocast leaves them in the input's dtype
-        return (" -- an FFT of a bf16 tensor, which PyTorch's CUDA FFTs reject too (autocast does not cast them): "
-                "the step fails the same way on a GPU under this precision; casting the FFT's input to float32 "
-                "avoids it")
-    if "at::autocast::prioritize" in str(exc):
-        return (" -- autocast met fp16 and bf16 tensors in one op (a cuDNN LSTM/GRU returns fp16 under any "
-                "autocast): the step fails the same way on a GPU under this precision; 16-mixed, or casting "
-                "the recurrent layer's output, avoids it")
-    return ""
+    return next((f" -- {meaning}" for part, meaning in _EXPLAINED if part in message), "")
 
 
 def _state_bytes(optimizer: torch.optim.Optimizer) -> int:
