@@ -917,6 +917,11 @@ def describe_op(
             formula = _FLOP_FORMULAS.get(func.overloadpacket)
             flops = float(formula(*args, **kwargs, out_val=out)) if formula else 0.0
             gemm = _gemm_dims(name, args, outputs[0] if outputs else None)
+            if dtype.is_complex:
+                # flop_counter counts a multiply-add per output element and step of K; a complex one
+                # is four real multiplies and four adds (cuBLAS's cgemm), on the real dtype's units.
+                flops *= 4.0
+                dtype_key = DTYPE_KEYS.get(dtype.to_real(), "fp32")
             if gemm is not None and _both_row_major(name, args):
                 kernel_family = ROW_MAJOR_GEMM
             elif gemm is not None and _both_mn_major(name, args):

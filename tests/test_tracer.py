@@ -537,6 +537,22 @@ def test_a_32_true_trace_says_when_its_convolutions_run_in_tf32(allow_tf32):
                                   trace_on="cpu").mappings
 
 
+def test_a_complex_matrix_product_is_charged_four_real_multiply_adds_each():
+    # A Fourier neural operator's spectral weights: complex64 batched products, cuBLAS's cgemm.
+    class Spectral(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.randn(8, 16, 16, dtype=torch.cfloat))
+
+        def forward(self, x):
+            return torch.bmm(x, self.weight).abs().sum()
+
+    x = torch.randn(8, 32, 16, dtype=torch.cfloat)
+    trace = trace_step(Spectral(), (x,), lambda m, b: m(b[0]), None, "32-true", target_type="cuda", trace_on="cpu")
+    forward = next(op for op in trace.ops if op.name == "aten.bmm.default" and op.phase == "forward")
+    assert forward.cost.flops == 4 * (2 * 8 * 32 * 16 * 16) and forward.cost.dtype == "fp32"
+
+
 def test_the_math_paths_safe_softmax_is_charged_its_four_passes():
     # fp32 grouped-query attention runs the unfused math path; its _safe_softmax is, in eager
     # PyTorch, softmax + eq(-inf) + all + where: four kernels over the 2 x 8 x 16 x 16 scores.
