@@ -145,12 +145,13 @@ def flex_attention_recorded(recorder: Any) -> Iterator[None]:
         yield
         return
     saved = {name: getattr(module, name) for name in ("flex_attention_hop", "_FLEX_ATTENTION_DISABLE_COMPILE_DEBUG",
-                                                      "_validate_device")}
+                                                      "_validate_device") if hasattr(module, name)}
     # No compile of its own (which would skip every frame under the trace's dispatch modes), the
     # stand-in for the op, and no refusal of a CPU proxy's backward (the GPU runs it).
     module.flex_attention_hop = _recorded_call(recorder)
     module._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = True
-    module._validate_device = _cuda_target_device_check(saved["_validate_device"])
+    if "_validate_device" in saved:
+        module._validate_device = _cuda_target_device_check(saved["_validate_device"])
     try:
         yield
     finally:
