@@ -157,6 +157,8 @@ def flex_attention_recorded(recorder: Any) -> Iterator[None]:
     finally:
         for name, value in saved.items():
             setattr(module, name, value)
+        if "_FLEX_ATTENTION_DISABLE_COMPILE_DEBUG" not in saved:
+            del module._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG
 
 
 def _cuda_target_device_check(check: Any) -> Any:
