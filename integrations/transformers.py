@@ -208,7 +208,7 @@ class PrecisionTimeTrainerCallback(TrainerCallback, ExportableState):
 
     def __init__(self, device: str | None = None, *, advise: bool | str = "auto", warmup_batches: int = 3,
                  refresh_s: float = 1.0, clock: Callable[[], float] = time.perf_counter) -> None:
-        check_callback_settings("PrecisionTimeTrainerCallback", advise, warmup_batches, refresh_s)
+        check_callback_settings("PrecisionTimeTrainerCallback", advise, warmup_batches, refresh_s, clock)
         self.target: str | DeviceSpec | None = None
         self.note: str | None = None
         if device is not None:

@@ -15,7 +15,7 @@ import torch
 from .clipping import clipping_of
 from .manual_step import ManualOptimization
 
-__all__ = ["check_callback_settings", "check_model", "check_optimizer"]
+__all__ = ["check_callback_settings", "check_model", "check_optimizer", "check_step_fn"]
 
 
 def lazy_modules(model: torch.nn.Module) -> list[str]:
@@ -60,11 +60,22 @@ def check_optimizer(optimizer: Any, where: str) -> None:
                          "itself, or None for AdamW defaults")
 
 
-def check_callback_settings(where: str, advise: Any, warmup_batches: Any, refresh_s: Any) -> None:
+def check_callback_settings(where: str, advise: Any, warmup_batches: Any, refresh_s: Any, clock: Any = None) -> None:
     """The settings every framework's callback takes: ``advise`` is True, False or ``"auto"``;
-    ``warmup_batches`` an integer and ``refresh_s`` seconds, neither negative."""
+    ``warmup_batches`` an integer and ``refresh_s`` seconds, neither negative; ``clock`` (when
+    given) a function returning seconds."""
     if advise not in (True, False, "auto"):
         raise ValueError(f"{where}(advise={advise!r}): expected True, False or 'auto'")
-    if not isinstance(refresh_s, (int, float)) or not isinstance(warmup_batches, int) or refresh_s < 0 \
-            or warmup_batches < 0:
-        raise ValueError(f"{where}: refresh_s (seconds) and warmup_batches (an integer) must be >= 0")
+    if isinstance(warmup_batches, bool) or not isinstance(warmup_batches, int) or warmup_batches < 0:
+        raise ValueError(f"{where}(warmup_batches={warmup_batches!r}): expected an integer >= 0 (batches)")
+    if isinstance(refresh_s, bool) or not isinstance(refresh_s, (int, float)) or refresh_s < 0:
+        raise ValueError(f"{where}(refresh_s={refresh_s!r}): expected a number of seconds >= 0")
+    if clock is not None and not callable(clock):
+        raise ValueError(f"{where}(clock={clock!r}): expected a function returning seconds (time.perf_counter)")
+
+
+def check_step_fn(step_fn: Any, where: str) -> None:
+    """A step function, or ``None`` for the default."""
+    if step_fn is not None and not callable(step_fn):
+        raise ValueError(f"{where}={step_fn!r}): expected a function step_fn(model, batch) -> loss, or None for "
+                         "model(*batch) and its .loss")

@@ -98,7 +98,8 @@ def track(
         bar: show a tqdm bar with the whole run's ETA (the local main process only).
         verbose: print the plan at the first batch and the report at ``close()``.
     """
-    _check_arguments(model, optimizer, epochs, max_steps, advise, eval_every, save_every, warmup_batches, refresh_s)
+    _check_arguments(model, optimizer, step_fn, accelerator, epochs, max_steps, advise, eval_every, save_every,
+                     warmup_batches, refresh_s, clock)
     settings = _LoopSettings.read(model, accelerator, precision, accumulate, device)
     loader_len = _length(train_loader)
     if eval_every is None and eval_loader is not None:
@@ -211,18 +212,22 @@ def _bad(message: str) -> Any:
     raise ValueError(f"ptp.track(...): {message}")
 
 
-def _check_arguments(model: Any, optimizer: Any, epochs: Any, max_steps: Any, advise: Any, eval_every: Every,
-                     save_every: Every, warmup_batches: Any, refresh_s: Any) -> None:
-    from .arguments import check_callback_settings, check_model, check_optimizer
+def _check_arguments(model: Any, optimizer: Any, step_fn: Any, accelerator: Any, epochs: Any, max_steps: Any,
+                     advise: Any, eval_every: Every, save_every: Every, warmup_batches: Any, refresh_s: Any,
+                     clock: Any) -> None:
+    from .arguments import check_callback_settings, check_model, check_optimizer, check_step_fn
 
     check_model(model, "ptp.track(model=...)")
     check_optimizer(optimizer, "ptp.track(optimizer=...)")
+    check_step_fn(step_fn, "ptp.track(step_fn")
+    if accelerator is not None and not hasattr(accelerator, "num_processes"):
+        _bad(f"accelerator={accelerator!r}: expected an accelerate.Accelerator (or None for a plain loop)")
     for name, value in (("epochs", epochs), ("max_steps", max_steps)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             _bad(f"{name}={value!r}: expected an integer >= 1")
     if epochs is None and max_steps is None:
         _bad("pass epochs=... or max_steps=... (the run's length)")
-    check_callback_settings("ptp.track", advise, warmup_batches, refresh_s)
+    check_callback_settings("ptp.track", advise, warmup_batches, refresh_s, clock)
     for name, every in (("eval_every", eval_every), ("save_every", save_every)):
         if every is not None and every != "epoch" and (isinstance(every, bool) or not isinstance(every, int)
                                                        or every < 1):

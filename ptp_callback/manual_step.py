@@ -45,6 +45,13 @@ class ManualOptimization:
 
     optimizers: tuple[torch.optim.Optimizer, ...]
 
+    def __post_init__(self) -> None:
+        # ManualOptimization(opt) for one optimizer, as ManualOptimization((opt,))
+        if isinstance(self.optimizers, torch.optim.Optimizer):
+            object.__setattr__(self, "optimizers", (self.optimizers,))
+        else:
+            object.__setattr__(self, "optimizers", tuple(self.optimizers))
+
 
 class _Recorder(Protocol):
     def in_phase(self, phase: str) -> contextlib.AbstractContextManager[None]: ...

@@ -39,10 +39,15 @@ def predict_step(
     (cached on disk), and ``probe=True`` refines a local GPU's table numbers the same way. Nothing
     of the model or optimizer is changed and no device memory is allocated by the trace.
     """
-    from .arguments import check_model, check_optimizer
+    from .arguments import check_model, check_optimizer, check_step_fn
+    from .coefficients import CostCoefficients
 
     check_model(model, "predict_step(model=...)")
     check_optimizer(optimizer, "predict_step(optimizer=...)")
+    check_step_fn(step_fn, "predict_step(step_fn")
+    if coefficients is not None and not isinstance(coefficients, CostCoefficients):
+        raise ValueError(f"predict_step(coefficients=<{type(coefficients).__name__}>): expected a CostCoefficients "
+                         "(ptp_callback.coefficients.coefficients_for(arch)), or None for the device's own")
     spec = as_precision(precision)
     target, coef = resolve_device(device, probe=probe)
     trace = trace_step(model, batch, step_fn, optimizer, spec, target_type="cpu" if target.arch == "cpu" else "cuda",

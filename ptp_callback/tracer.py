@@ -803,6 +803,12 @@ def trace_step(
     rest extrapolated, which gives the same ops as tracing every block (``repeated_blocks``) in a
     fraction of the time; ``extrapolate_repeats=False`` traces every block.
     """
+    from .arguments import check_optimizer, check_step_fn
+
+    if not isinstance(model, torch.nn.Module):
+        raise ValueError(f"trace_step(model=...): expected a torch.nn.Module, got {type(model).__name__}")
+    check_optimizer(optimizer, "trace_step(optimizer=...)")
+    check_step_fn(step_fn, "trace_step(step_fn")
     device = resolve_trace_device(target_type, trace_on)
 
     def traced_on(where: torch.device) -> Trace:

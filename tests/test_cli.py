@@ -190,3 +190,12 @@ def test_the_installed_command(tmp_path):
     assert json.loads(done.stdout)["rows"][0]["device"] == "h100-sxm"
     bad = subprocess.run([command, "predict", "nope"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and bad.stderr.startswith("ptp: error: 'nope'")
+
+
+def test_python_dash_m_runs_the_command_line():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "ptp_callback", "devices", "h100"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and "H100" in done.stdout

@@ -610,8 +610,11 @@ def test_a_fit_that_trains_nothing_warns_of_nothing():
 
 
 def test_settings_of_the_wrong_type_are_refused_when_the_callback_is_built():
-    with pytest.raises(ValueError, match="refresh_s \\(seconds\\) and warmup_batches \\(an integer\\) must be >= 0"):
+    with pytest.raises(ValueError, match=r"PrecisionTimeCallback\(refresh_s='1'\): expected a number of seconds"):
         PrecisionTimeCallback(refresh_s="1")
+    # A clock that is not one would break the fit at its first hook: refused here.
+    with pytest.raises(ValueError, match=r"PrecisionTimeCallback\(clock=5\): expected a function returning seconds"):
+        PrecisionTimeCallback(clock=5)
 
 
 def test_a_used_callback_pickles_without_its_fit():

@@ -384,3 +384,22 @@ def test_an_in_place_scatter_reduce_has_a_cost_rule():
                             device="h100-sxm")
     assert any(op.name == "aten.scatter_reduce_.two" for op in pred.ops)
     assert not pred.warnings
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"step_fn": "loss"}, "predict_step(step_fn='loss'): expected a function step_fn(model, batch) -> loss"),
+    ({"coefficients": "x"}, "predict_step(coefficients=<str>): expected a CostCoefficients"),
+])
+def test_bad_arguments_to_predict_step_fail_at_once_in_one_line(kwargs, message):
+    model = nn.Linear(4, 2)
+    with pytest.raises(ValueError) as info:
+        ptp.predict_step(model, (torch.randn(2, 4),), **{"step_fn": lambda m, b: m(b[0]).sum(), **kwargs})
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_trace_step_refuses_what_is_not_a_module_and_a_manual_step_takes_one_optimizer():
+    with pytest.raises(ValueError, match=r"trace_step\(model=...\): expected a torch.nn.Module, got function"):
+        ptp.trace_step(lambda x: x, (torch.randn(2, 4),), lambda m, b: m(b[0]).sum())
+    model = nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    assert ptp.ManualOptimization(optimizer).optimizers == (optimizer,)

@@ -276,11 +276,17 @@ def train_and_read_the_eta(tracker, model, optimizer, loader, epochs):
     (lambda m, o, d: ptp.track(m, o, d, step, epochs=1, eval_every=0), "eval_every=0: expected a number of"),
     (lambda m, o, d: ptp.track(m, o, d, step, epochs=1, advise="yes"), "ptp.track(advise='yes'): expected True, False"),
     (lambda m, o, d: ptp.track(m, o, d, step, epochs=1, refresh_s=-1.0),
-     "ptp.track: refresh_s (seconds) and warmup_batches (an integer) must be >= 0"),
+     "ptp.track(refresh_s=-1.0): expected a number of seconds >= 0"),
     (lambda m, o, d: ptp.track(m, o, d, step, epochs=1, accumulate=0), "accumulate=0: expected an integer"),
     (lambda m, o, d: ptp.track(m, o, d, step, epochs=1, precision="fp8"), "ptp.track(precision='fp8'): expected one"),
+    (lambda m, o, d: ptp.track(m, o, d, step, epochs=1, warmup_batches=1.5),
+     "ptp.track(warmup_batches=1.5): expected an integer >= 0"),
+    (lambda m, o, d: ptp.track(m, o, d, step, epochs=1, clock=5), "ptp.track(clock=5): expected a function"),
+    (lambda m, o, d: ptp.track(m, o, d, "loss", epochs=1), "ptp.track(step_fn='loss'): expected a function"),
+    (lambda m, o, d: ptp.track(m, o, d, step, epochs=1, accelerator="yes"),
+     "accelerator='yes': expected an accelerate.Accelerator"),
 ], ids=["optimizer-string", "frozen", "no-length", "eval-every", "advise", "refresh", "accumulate",
-        "precision"])
+        "precision", "warmup", "clock", "step-fn", "accelerator"])
 def test_bad_arguments_fail_at_once_in_one_line(call, message):
     model, loader = model_and_loader()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
