@@ -97,7 +97,9 @@ def resolve_device_name(name: str) -> tuple[DeviceSpec, str | None]:
     close = difflib.get_close_matches(as_key, list(keys) + list(MOST_COMMON), n=3, cutoff=0.5)
     hint = f"did you mean {', '.join(close)}? " if close else ""
     raise UnknownDeviceError(f"{text!r} is not a known GPU; {hint}`ptp devices` lists them all, "
-                             "ptp_callback.register_device(DeviceSpec(...)) adds one")
+                             "ptp_callback.register_device(DeviceSpec(...)) adds one"
+                             + ("; this machine's CPU is predicted with predict_step(device='cpu') or `ptp probe`"
+                                if as_key.startswith("cpu") else ""))
 
 
 def resolve_target(device: Any) -> tuple[Any, str | None]:

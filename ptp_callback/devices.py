@@ -157,8 +157,9 @@ class DeviceSpec:
             raise ValueError(f"DeviceSpec {key!r}: peak_tflops must include 'fp32'")
         set_(self, "peak_tflops", MappingProxyType({k: float(v) for k, v in peaks.items()}))
 
-        # Accept lists (easy to write in user code) but store tuples (frozen, hashable).
-        patterns = tuple(self.name_patterns)
+        # Accept lists (easy to write in user code) but store tuples (frozen, hashable); one string
+        # is one pattern (tuple() would split it into letters, each matching every GPU's name).
+        patterns = (self.name_patterns,) if isinstance(self.name_patterns, str) else tuple(self.name_patterns)
         try:
             compiled = tuple(re.compile(p, re.IGNORECASE) for p in patterns)
         except re.error as exc:
@@ -569,8 +570,8 @@ def unregister_device(key: str) -> None:
 def _unknown(what: str, reason: str = "is not a known GPU") -> UnknownDeviceError:
     keys = ", ".join(_registry)
     return UnknownDeviceError(
-        f"{what} {reason}. Known device keys: {keys}. "
-        "To use another GPU, call ptp_callback.register_device(DeviceSpec(key=..., name=..., "
+        f"{what} {reason}. Known device keys: {keys}. For this machine's CPU, predict_step(device='cpu') "
+        "measures it with a probe. To use another GPU, call ptp_callback.register_device(DeviceSpec(key=..., name=..., "
         "arch=..., sm_count=..., memory_gb=..., memory_bw_gbs=..., l2_mb=..., peak_tflops={...}, "
         "name_patterns=(...,), sources=(...,))) or pass a DeviceSpec directly as device=."
     )

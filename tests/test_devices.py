@@ -378,3 +378,15 @@ def test_reference_values():
     # V100 SXM2 16 GB and 32 GB share compute and bandwidth.
     v16, v32 = get_device("v100-sxm2-16gb"), get_device("v100-sxm2-32gb")
     assert v16.peak_tflops == v32.peak_tflops and v16.memory_bw_gbs == v32.memory_bw_gbs == 900
+
+
+def test_one_name_pattern_given_as_a_string_is_one_pattern():
+    spec = DeviceSpec(key="g11-test", name="G11", arch="ampere", sm_count=10, memory_gb=8, memory_bw_gbs=100,
+                      l2_mb=1, peak_tflops={"fp32": 1.0}, name_patterns=r"\bg11\b", sources=("test",))
+    assert spec.name_patterns == (r"\bg11\b",)  # not its letters, each matching any GPU's name
+    assert spec.matches("NVIDIA G11") and not spec.matches("NVIDIA A100-SXM4-80GB")
+
+
+def test_an_unknown_device_says_how_to_predict_for_this_machines_cpu():
+    with pytest.raises(UnknownDeviceError, match=r"predict_step\(device='cpu'\)"):
+        get_device("xyz")
