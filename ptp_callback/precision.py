@@ -23,6 +23,28 @@ if TYPE_CHECKING:
     from .devices import DeviceSpec
 
 # Lightning's accepted aliases (lightning/fabric/plugins/precision/precision.py).
+# Names people type for a precision that are not Lightning's, and what to pass instead.
+_MEANT: dict[str, str] = {
+    "fp16": "16-mixed (autocast to fp16) or 16-true (fp16 weights)",
+    "half": "16-mixed (autocast to fp16) or 16-true (fp16 weights)",
+    "bfloat16": "bf16-mixed (autocast to bf16) or bf16-true (bf16 weights)",
+    "fp32": "32-true", "float32": "32-true", "float": "32-true",
+    "tf32": "32-true with TF32 matmuls: torch.set_float32_matmul_precision('high'), or "
+            "PrecisionSpec.from_setting('32-true', matmul_tf32=True)",
+    "mixed": "bf16-mixed or 16-mixed",
+}
+
+
+def _did_you_mean(raw: str) -> str:
+    """``"; for fp16 pass ..."`` for a name people type, or a close Lightning name, else ``""``."""
+    import difflib
+
+    if raw in _MEANT:
+        return f"; for {raw} pass {_MEANT[raw]}"
+    close = difflib.get_close_matches(raw, PRECISIONS, n=2, cutoff=0.6)
+    return f"; did you mean {' or '.join(close)}?" if close else ""
+
+
 _ALIASES: dict[str, str] = {
     "64": "64-true",
     "32": "32-true",
@@ -71,7 +93,7 @@ class PrecisionSpec:
         if name not in PRECISIONS:
             raise ValueError(
                 f"precision={precision!r} is not a known precision; expected one of "
-                f"{', '.join(PRECISIONS)} (or the aliases 64, 32, 16, bf16)"
+                f"{', '.join(PRECISIONS)} (or the aliases 64, 32, 16, bf16){_did_you_mean(raw)}"
             )
         if matmul_tf32 is None:
             matmul_tf32 = torch.get_float32_matmul_precision() != "highest"

@@ -72,3 +72,13 @@ def test_supported_precisions_have_no_note():
     assert support_notes(PrecisionSpec.from_setting("16-mixed"), get_device("t4")) == ()
     tf32 = PrecisionSpec.from_setting("32-true", matmul_tf32=True)
     assert "TF32 has no effect" in support_notes(tf32, get_device("v100-sxm2-16gb"))[0]
+
+
+@pytest.mark.parametrize("typed, hint", [
+    ("tf32", "matmul_tf32=True"), ("fp16", "16-mixed (autocast to fp16) or 16-true"),
+    ("bf16-mix", "did you mean bf16-mixed"),
+])
+def test_a_precision_typed_another_way_says_what_to_pass(typed, hint):
+    with pytest.raises(ValueError, match="is not a known precision") as info:
+        PrecisionSpec.from_setting(typed)
+    assert hint in str(info.value)
