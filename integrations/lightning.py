@@ -286,9 +286,12 @@ class PrecisionTimeCallback(RunReadouts, Callback):
         now = self.clock()
         forecaster.fit_end(now)
         actual = forecaster.elapsed_s(now)  # a resumed fit's earlier runs included, as in its predictions
+        device = self.prediction.device if self.prediction is not None else None
+        other = device.name if device is not None and not predicts_the_run_device(trainer, device) else None
         self.summary = "ptp: " + report_line(forecaster.initial_parts, forecaster.parts(now), actual,
                                              forecaster.before_step_one_s, stopped=forecaster.stopped_early,
-                                             stopped_by=stopped_by, earlier_s=forecaster.elapsed_before_s)
+                                             stopped_by=stopped_by, earlier_s=forecaster.elapsed_before_s,
+                                             other_device=other)
         _print(trainer, self.summary)
         return actual
 

@@ -84,8 +84,11 @@ def plan_line(parts: dict[str, Part], total_s: float | None, precision: str, dev
 def report_line(predicted: dict[str, Part], measured: dict[str, Part], actual_s: float,
                 before_step_one_s: float | None, *, noun: str = "fit", train_unit: str = "batches",
                 stopped: tuple[int, int] | None = None, stopped_by: str | None = None,
-                earlier_s: float = 0.0) -> str:
+                earlier_s: float = 0.0, other_device: str | None = None) -> str:
     """``fit took 3m20s, predicted before step one 3m12s (-4.0%): train 2m45s (predicted 2m40s), ...``.
+
+    ``other_device``: the device predicted for, when the run is on another one: its prediction is
+    then stated, not set against what this run measured.
 
     ``stopped``: (batches run, batches scheduled) of a fit that ended early (``stopped_by``: the
     exception that ended it, if one did). Its prediction was for the whole schedule; each counted
@@ -103,7 +106,10 @@ def report_line(predicted: dict[str, Part], measured: dict[str, Part], actual_s:
                     f"{format_duration(those)} for what ran ({100.0 * (those / actual_s - 1.0):+.1f}%)"
     else:
         head = f"{noun} took {format_duration(actual_s)}"
-        if before_step_one_s is not None and actual_s > 0:
+        if other_device and before_step_one_s is not None:
+            head += f" here; predicted before step one for {other_device}: {format_duration(before_step_one_s)} " \
+                    "(each part's prediction is for it too, not for this run's device)"
+        elif before_step_one_s is not None and actual_s > 0:
             head += f", predicted before step one {format_duration(before_step_one_s)} " \
                     f"({100.0 * (before_step_one_s / actual_s - 1.0):+.1f}%)"
     shown = _earlier(earlier_s)
