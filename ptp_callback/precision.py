@@ -139,6 +139,10 @@ def as_precision(precision: str | int | PrecisionSpec, **tf32: bool | None) -> P
     return PrecisionSpec.from_setting(precision, **tf32)
 
 
+# GPU generations without bf16 tensor cores (bf16 came with Ampere).
+_BEFORE_BF16 = frozenset(("volta", "turing", "pascal", "maxwell", "kepler"))
+
+
 def support_notes(spec: PrecisionSpec, device: DeviceSpec) -> tuple[str, ...]:
     """What ``device`` cannot run fast in this precision, and how it is predicted instead.
 
@@ -152,9 +156,14 @@ def support_notes(spec: PrecisionSpec, device: DeviceSpec) -> tuple[str, ...]:
     dtypes = {spec.param_dtype, spec.autocast_dtype}
     if torch.bfloat16 in dtypes and not device.peak_tflops.get("bf16"):
         faster = "16-mixed" if spec.autocast_dtype is not None else "16-true"
-        notes.append(f"{spec.label} is not supported at speed on {device.name}: it has no bf16 tensor cores "
-                     f"(bf16 needs Ampere or newer), so bf16 matrix math is predicted at the fp32 rate, as it "
-                     f"would run; {faster} uses its fp16 tensor cores")
+        if device.arch in _BEFORE_BF16:
+            notes.append(f"{spec.label} is not supported at speed on {device.name}: it has no bf16 tensor cores "
+                         f"(bf16 needs Ampere or newer), so bf16 matrix math is predicted at the fp32 rate, as it "
+                         f"would run" + (f"; {faster} uses its fp16 tensor cores" if device.peak_tflops.get("fp16")
+                                          else ""))
+        else:  # a registered spec that names no bf16 rate: not a property of the GPU
+            notes.append(f"{device.name}'s DeviceSpec gives no bf16 peak (peak_tflops['bf16']): bf16 matrix math is "
+                         "predicted at its fp32 rate; add the datasheet's bf16 rate for a prediction at speed")
     if spec.matmul_tf32 and spec.param_dtype == torch.float32 and spec.autocast_dtype is None \
             and not device.peak_tflops.get("tf32"):
         notes.append(f"TF32 has no effect on {device.name} (it needs Ampere or newer): fp32 matmuls are "

@@ -62,6 +62,16 @@ def test_bf16_before_ampere_is_flagged(device, precision):
     assert ("16-mixed" if precision == "bf16-mixed" else "16-true") in notes[0]
 
 
+def test_a_registered_ampere_gpu_without_a_bf16_rate_is_told_to_add_it_not_that_it_lacks_tensor_cores():
+    from ptp_callback.devices import DeviceSpec
+    from ptp_callback.precision import support_notes
+
+    spec = DeviceSpec(key="own-ampere", name="Own Ampere", arch="ampere", sm_count=10, memory_gb=8,
+                      memory_bw_gbs=100, l2_mb=1, peak_tflops={"fp32": 10.0}, sources=("test",))
+    (note,) = support_notes(PrecisionSpec.from_setting("bf16-mixed"), spec)
+    assert "gives no bf16 peak (peak_tflops['bf16'])" in note and "tensor cores" not in note
+
+
 def test_supported_precisions_have_no_note():
     from ptp_callback.devices import get_device
     from ptp_callback.precision import support_notes
