@@ -982,6 +982,10 @@ _EXPLAINED: tuple[tuple[str, str], ...] = (
      "the step function ran the backward itself: return the loss (the trace runs the backward and the optimizer "
      "step), or take a ptp.ManualOptimization and call step.backward(loss) and the optimizers' step() "
      "(step.optimizers)"),
+    ("positional argument",
+     "if it is the model's or the step function's call: the default step is model(*batch) (model(**batch) for a "
+     "dict) and its .loss; pass step_fn(model, batch) -> loss for another call (a ManualOptimization's step_fn "
+     "takes (model, batch, step))"),
     (".numpy() is not supported for tensor subclasses",
      "the step hands the model's numbers to NumPy, which a trace on fake tensors does not have"),
     ("out of bounds",

@@ -375,6 +375,13 @@ def test_a_step_whose_random_branch_skips_every_layer_says_why_its_loss_has_no_g
         trace_step(LayerDrop(), (torch.randn(4, 32),), lambda m, b: m(b[0]), None, "32-true")
 
 
+def test_a_batch_the_default_step_cannot_pass_to_the_model_says_how_to_give_a_step_function():
+    # The default step calls model(*batch): a Sequential takes one input, the batch holds two.
+    with pytest.raises(TraceError, match=r"takes 2 positional arguments but 3 were given -- .* the default step is "
+                                         r"model\(\*batch\)"):
+        trace_step(mlp(), mlp_batch(), None, None, "32-true")
+
+
 def test_an_optimizer_that_needs_a_closure_is_one_clear_error():
     with pytest.raises(TraceError, match=r"LBFGS.step\(\) needs a closure"):
         trace_step(mlp(), mlp_batch(), ce_step, lambda params: torch.optim.LBFGS(params), "32-true")
