@@ -26,6 +26,8 @@ import difflib
 import re
 from typing import Any
 
+import torch
+
 from .devices import DeviceSpec, UnknownDeviceError, get_device, known_devices
 
 __all__ = ["MOST_COMMON", "resolve_device_name", "resolve_target"]
@@ -107,4 +109,7 @@ def resolve_target(device: Any) -> tuple[Any, str | None]:
     note); ``"cpu"``, ``"cuda[:n]"``, a ``torch.device``, a ``DeviceSpec`` or ``None`` as given."""
     if isinstance(device, str) and device.split(":")[0] not in ("cpu", "cuda"):
         return resolve_device_name(device)
+    if device is not None and not isinstance(device, (str, torch.device, DeviceSpec)):
+        raise UnknownDeviceError(f"device={device!r}: expected a GPU's name ('h100', 'a100-sxm-80gb'), 'cpu', "
+                                 "a torch.device, a DeviceSpec, or None for the device the run is on")
     return device, None

@@ -46,3 +46,11 @@ def test_an_unknown_name_is_one_line_with_a_did_you_mean(typed, suggestion):
 def test_nothing_close_gets_no_guess():
     with pytest.raises(UnknownDeviceError, match="'hopper' is not a known GPU; `ptp devices`"):
         resolve_device_name("hopper")
+
+
+def test_a_callbacks_device_of_the_wrong_type_is_refused_with_what_to_pass():
+    from ptp_callback.device_names import resolve_target
+
+    with pytest.raises(UnknownDeviceError, match=r"device=3: expected a GPU's name .* 'cpu', a torch.device"):
+        resolve_target(3)
+    assert resolve_target("cpu") == ("cpu", None) and resolve_target(None) == (None, None)
