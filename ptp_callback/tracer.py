@@ -726,9 +726,9 @@ def _check_no_closure(optimizer: torch.optim.Optimizer) -> None:
 
 
 def _loss_of(output: Any) -> torch.Tensor:
-    """The scalar loss from what a step function returned (tensor, dict, or model output)."""
+    """The loss tensor in what a step function returned (tensor, dict, or model output)."""
     if isinstance(output, torch.Tensor):
-        return output if output.dim() == 0 else output.sum()
+        return output
     if isinstance(output, Mapping) and "loss" in output:
         return _loss_of(output["loss"])
     loss = getattr(output, "loss", None)
@@ -926,7 +926,12 @@ def _trace(
                 else:
                     output = step_fn(model, fake_batch)
             if train and not manual:
-                step.backward(_loss_of(output))
+                loss = _loss_of(output)
+                if loss.dim():  # not a loss: a real backward would refuse it
+                    mappings.append(f"the step returned a tensor of shape {tuple(loss.shape)}, not a scalar loss: "
+                                    "its backward is traced from the tensor's sum")
+                    loss = loss.sum()
+                step.backward(loss)
                 step.optimizers[0].step()
                 step.optimizers[0].zero_grad()
         except Exception as exc:  # noqa: BLE001 - every failure becomes one clear TraceError

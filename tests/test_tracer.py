@@ -382,6 +382,14 @@ def test_a_batch_the_default_step_cannot_pass_to_the_model_says_how_to_give_a_st
         trace_step(mlp(), mlp_batch(), None, None, "32-true")
 
 
+def test_a_step_that_returns_no_scalar_loss_is_traced_from_its_sum_and_says_so():
+    logits = trace_step(mlp(), mlp_batch(), lambda m, b: m(b[0]), None, "32-true")
+    assert "the step returned a tensor of shape (8, 10), not a scalar loss" in " ".join(logits.mappings)
+    assert any(op.name == "aten.sum.default" for op in logits.ops)
+    loss = trace_step(mlp(), mlp_batch(), ce_step, None, "32-true")
+    assert not any("not a scalar loss" in note for note in loss.mappings)
+
+
 def test_an_optimizer_that_needs_a_closure_is_one_clear_error():
     with pytest.raises(TraceError, match=r"LBFGS.step\(\) needs a closure"):
         trace_step(mlp(), mlp_batch(), ce_step, lambda params: torch.optim.LBFGS(params), "32-true")
