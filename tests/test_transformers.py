@@ -173,7 +173,7 @@ def test_an_unknown_device_fails_when_the_callback_is_built():
         PrecisionTimeTrainerCallback(device="h10")
     with pytest.raises(ValueError, match=r"advise='always'"):
         PrecisionTimeTrainerCallback(advise="always")
-    with pytest.raises(ValueError, match=r"PrecisionTimeTrainerCallback\(warmup_batches=-1\): expected an integer >= 0"):
+    with pytest.raises(ValueError, match=r"TrainerCallback\(warmup_batches=-1\): expected an integer >= 0"):
         PrecisionTimeTrainerCallback(warmup_batches=-1)
     with pytest.raises(ValueError, match=r"PrecisionTimeTrainerCallback\(refresh_s='1'\): expected a number"):
         PrecisionTimeTrainerCallback(refresh_s="1")
