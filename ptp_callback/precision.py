@@ -22,7 +22,6 @@ import torch
 if TYPE_CHECKING:
     from .devices import DeviceSpec
 
-# Lightning's accepted aliases (lightning/fabric/plugins/precision/precision.py).
 # Names people type for a precision that are not Lightning's, and what to pass instead.
 _MEANT: dict[str, str] = {
     "fp16": "16-mixed (autocast to fp16) or 16-true (fp16 weights)",
@@ -45,6 +44,7 @@ def _did_you_mean(raw: str) -> str:
     return f"; did you mean {' or '.join(close)}?" if close else ""
 
 
+# Lightning's accepted aliases (lightning/fabric/plugins/precision/precision.py).
 _ALIASES: dict[str, str] = {
     "64": "64-true",
     "32": "32-true",
