@@ -150,18 +150,24 @@ class _FusedAttention(torch.autograd.Function):
         return (*grads, grad_bias, None, None)
 
 
+def in_autocast_dtype(device_type: str, *values: Any) -> tuple[Any, ...]:
+    """``values`` as an op on autocast's lower-precision list gets them: floating tensors in the
+    autocast dtype while autocast is on for ``device_type``, everything else as it is."""
+    if not torch.is_autocast_enabled(device_type):
+        return values
+    dtype = torch.get_autocast_dtype(device_type)
+    return tuple(t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != dtype else t
+                 for t in values)
+
+
 def run_sdpa(func: Any, args: tuple, kwargs: dict, recorder: Any) -> Any:
     """``F.scaled_dot_product_attention`` as the CUDA target runs it (see module doc)."""
     bound = _sdpa_args(args, kwargs)
     query, key, value = bound["query"], bound["key"], bound["value"]
     device_type = query.device.type
-    mask = bound["attn_mask"]
-    if torch.is_autocast_enabled(device_type):
-        # SDPA is on CUDA autocast's lower-precision list: its floating inputs, a float mask among
-        # them, are cast first.
-        dtype = torch.get_autocast_dtype(device_type)
-        query, key, value, mask = (t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point()
-                                   and t.dtype != dtype else t for t in (query, key, value, mask))
+    # SDPA is on CUDA autocast's lower-precision list: its floating inputs, a float mask among them,
+    # are cast first.
+    query, key, value, mask = in_autocast_dtype(device_type, query, key, value, bound["attn_mask"])
     call = describe_call(query, key, value, mask, bound["dropout_p"], bound["is_causal"],
                          bound["scale"], bound["enable_gqa"])
     if call is None:

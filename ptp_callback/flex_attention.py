@@ -27,7 +27,7 @@ import torch
 from torch._subclasses.fake_tensor import is_fake
 from torch.utils._python_dispatch import _disable_current_modes
 
-from .attention import AttentionCall, attention_cost
+from .attention import AttentionCall, attention_cost, in_autocast_dtype
 
 _MODULE = "torch.nn.attention.flex_attention"
 _NAMES = {False: "ptp.flex_attention", True: "ptp.flex_attention_backward"}
@@ -121,11 +121,8 @@ def _recorded_call(recorder: Any) -> Any:
     def flex_attention_hop(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, score_mod: Any,
                            block_mask: tuple, scale: float, kernel_options: dict, *args: Any, **kwargs: Any) -> Any:
         device_type = query.device.type
-        if torch.is_autocast_enabled(device_type):
-            # As the op's autocast rule does: query, key and value in the autocast dtype first.
-            dtype = torch.get_autocast_dtype(device_type)
-            query, key, value = (t.to(dtype) if t.is_floating_point() and t.dtype != dtype else t
-                                 for t in (query, key, value))
+        # As the op's autocast rule does: query, key and value in the autocast dtype first.
+        query, key, value = in_autocast_dtype(device_type, query, key, value)
         b, hq, sq, d = query.shape
         _b, hkv, sk, _d = key.shape
         call = AttentionCall((b, hq, hkv, sq, sk, d, value.shape[-1]), query.dtype, causal=False, dropout=False,

@@ -49,7 +49,6 @@ import os
 import sys
 import time
 import warnings
-import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -299,8 +298,6 @@ class _Recorder(TorchDispatchMode):
         self.numbers_read = 0  # numbers the step read from its model's values (stand-ins given)
         self.checks_read = 0  # answers to checks of the model's numbers read (known_values.checks_the_model)
         self.live = LiveBytes()  # what the step's new tensors hold at once
-        # GradScaler's found_inf flags, by id: a healthy step's read 0.0 (its optimizer step runs)
-        self.found_inf: dict[int, Any] = {}
         self.draws = 0  # randperm draws given values (known_values.permutes_at_random)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
@@ -347,8 +344,7 @@ class _Recorder(TorchDispatchMode):
 
     def _run(self, func: Any, args: tuple, kwargs: dict) -> Any:
         if func is _LOCAL_SCALAR and isinstance(args[0], FakeTensor):
-            flag = self.found_inf.get(id(args[0]))
-            if flag is not None and flag() is args[0]:
+            if getattr(args[0], "_ptp_found_inf", False):
                 # A GradScaler in the step's own code asks whether the gradients overflowed: in a
                 # healthy step they did not (read 1.0, the scaler would skip the optimizer step).
                 self.checks_read += 1
@@ -363,7 +359,7 @@ class _Recorder(TorchDispatchMode):
                 self.numbers_read += 1
                 return STAND_IN
         if func is _UNSCALE and isinstance(args[1], FakeTensor):
-            self.found_inf[id(args[1])] = weakref.ref(args[1])
+            args[1]._ptp_found_inf = True  # the flag this unscale writes (GradScaler's found_inf)
         out = self.meta.run(func, args, kwargs)
         if out is NotImplemented and grouped_gemm.is_grouped_mm(func):
             out = grouped_gemm.fake_output(func, args, kwargs)
