@@ -38,7 +38,7 @@ from ptp_callback.run_prediction import RunPrediction
 from ptp_callback.run_readouts import RunReadouts
 
 from .lightning_module import (add_bar_metric, advise_precision, log_eta_metrics, logs_now, plan_notes,
-                               precision_spec, predict_fit, predicts_the_run_device, time_op_classes)
+                               precision_spec, predict_fit, time_op_classes)
 from .lightning_schedule import (announce_weights_only_saves, follow_reloaded_loader, read_checkpoints, read_schedule,
                                  time_limit_at_epoch_ends, time_limit_cycle, time_limit_used, with_epoch_length)
 
@@ -276,9 +276,7 @@ class PrecisionTimeCallback(RunReadouts, Callback):
             return
         actual = self._report(trainer, forecaster)
         if self.advise is True or self.advise and self._advice_cost_s() < 0.01 * actual:
-            measured = forecaster.batches.mean_s()
-            if self.prediction is None or not predicts_the_run_device(trainer, self.prediction.device):
-                measured = None  # another device's speed says nothing of the one predicted for
+            measured = None if self._other_device(trainer.strategy.root_device) else forecaster.batches.mean_s()
             self._advise(trainer, pl_module, actual, measured * trainer.accumulate_grad_batches if measured else None)
 
     def _report(self, trainer: Trainer, forecaster: RunForecaster, stopped_by: str | None = None) -> float:
@@ -286,12 +284,10 @@ class PrecisionTimeCallback(RunReadouts, Callback):
         now = self.clock()
         forecaster.fit_end(now)
         actual = forecaster.elapsed_s(now)  # a resumed fit's earlier runs included, as in its predictions
-        device = self.prediction.device if self.prediction is not None else None
-        other = device.name if device is not None and not predicts_the_run_device(trainer, device) else None
         self.summary = "ptp: " + report_line(forecaster.initial_parts, forecaster.parts(now), actual,
                                              forecaster.before_step_one_s, stopped=forecaster.stopped_early,
                                              stopped_by=stopped_by, earlier_s=forecaster.elapsed_before_s,
-                                             other_device=other)
+                                             other_device=self._other_device(trainer.strategy.root_device))
         _print(trainer, self.summary)
         return actual
 

@@ -32,7 +32,7 @@ from ptp_callback.tracer import has_compiled_parts
 
 __all__ = ["add_bar_metric", "advise_precision", "batch_hooks", "communication", "compiled", "has_validation",
            "log_eta_metrics", "logs_now", "manual_training_step", "plan_notes", "precision_spec", "predict_fit",
-           "predicts_the_run_device", "quiet_logging", "step_code_key", "traced_step", "training_step",
+           "quiet_logging", "step_code_key", "traced_step", "training_step",
            "validation_step"]
 
 
@@ -64,20 +64,6 @@ def precision_spec(trainer: Trainer) -> PrecisionSpec | None:
         return None
     spec = PrecisionSpec.from_setting(name)
     return spec.with_tf32(False, False) if trainer.strategy.root_device.type == "cpu" else spec  # TF32: a GPU matter
-
-
-def predicts_the_run_device(trainer: Trainer, device: DeviceSpec) -> bool:
-    """Whether the device predicted for is the one the trainer runs on (so that measured times
-    can correct its predictions)."""
-    run = trainer.strategy.root_device
-    if run.type == "cpu" or device.arch == "cpu":
-        return run.type == "cpu" and device.arch == "cpu"
-    try:
-        from ptp_callback.devices import get_device
-
-        return get_device(torch.cuda.get_device_name(run)).key == device.key
-    except Exception:  # noqa: BLE001 - a GPU the table does not know is not the one predicted for
-        return False
 
 
 def training_step(module: LightningModule, batch: Any) -> Any:

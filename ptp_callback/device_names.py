@@ -30,7 +30,7 @@ import torch
 
 from .devices import DeviceSpec, UnknownDeviceError, get_device, known_devices
 
-__all__ = ["MOST_COMMON", "resolve_device_name", "resolve_target"]
+__all__ = ["MOST_COMMON", "is_run_device", "resolve_device_name", "resolve_target"]
 
 #: The variant a bare family name means: the one rented and bought most (8-GPU SXM servers for the
 #: data-centre parts, the 80 GB A100 that clouds list first, the 16 GB V100 of the p3-class
@@ -113,3 +113,14 @@ def resolve_target(device: Any) -> tuple[Any, str | None]:
         raise UnknownDeviceError(f"device={device!r}: expected a GPU's name ('h100', 'a100-sxm-80gb'), 'cpu', "
                                  "a torch.device, a DeviceSpec, or None for the device the run is on")
     return device, None
+
+
+def is_run_device(device: DeviceSpec, run: torch.device) -> bool:
+    """Whether ``device``, the one predicted for, is the one the run is on: only then can what the
+    run measures correct its predictions, or its prediction be set against the run's time."""
+    if run.type == "cpu" or device.arch == "cpu":
+        return run.type == "cpu" and device.arch == "cpu"
+    try:
+        return get_device(torch.cuda.get_device_name(run)).key == device.key
+    except Exception:  # noqa: BLE001 - a GPU the table does not know is not the one predicted for
+        return False

@@ -102,8 +102,9 @@ def report_line(predicted: dict[str, Part], measured: dict[str, Part], actual_s:
         head = f"{noun} {how} after {ran} of {scheduled} training {train_unit} and took {format_duration(actual_s)}"
         if before_step_one_s is not None and actual_s > 0:
             those = earlier_s + sum(part.spent_s + part.left_s for part in predicted.values())
-            head += f"; predicted before step one {format_duration(before_step_one_s)} for the whole schedule, " \
-                    f"{format_duration(those)} for what ran ({100.0 * (those / actual_s - 1.0):+.1f}%)"
+            head += f"; predicted before step one{f' for {other_device}' if other_device else ''} " \
+                    f"{format_duration(before_step_one_s)} for the whole schedule, {format_duration(those)} " \
+                    "for what ran" + ("" if other_device else f" ({100.0 * (those / actual_s - 1.0):+.1f}%)")
     else:
         head = f"{noun} took {format_duration(actual_s)}"
         if other_device and before_step_one_s is not None:

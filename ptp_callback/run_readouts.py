@@ -12,10 +12,13 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .device_names import is_run_device
 from .display import eta_text
 from .run_prediction import advice_cost_s
 
 if TYPE_CHECKING:
+    import torch
+
     from .forecast import RunForecaster
     from .run_prediction import RunPrediction
 
@@ -46,6 +49,14 @@ class RunReadouts:
         if self.calibrated_total_s is None and remaining is not None and forecaster.batches.samples >= 10:
             self.calibrated_total_s = forecaster.total_s(now)
         return True
+
+    def _other_device(self, run: torch.device | None) -> str | None:
+        """The name of the device predicted for when the run is on another one (``None`` when it is on
+        it, or nothing was predicted): its speed then says nothing of the one predicted for, and its
+        prediction is stated at the end instead of being set against the run's time."""
+        if self.prediction is None or run is None or is_run_device(self.prediction.device, run):
+            return None
+        return self.prediction.device.name
 
     def _advice_cost_s(self) -> float:
         """Seconds predicting the other precisions would take (``inf`` before the run is predicted)."""

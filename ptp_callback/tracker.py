@@ -502,13 +502,15 @@ class RunTracker(RunReadouts):
             forecaster.train_end(now)
             forecaster.fit_end(now)
             actual = forecaster.elapsed_s(now)  # a resumed run's earlier time included, as in its predictions
+            other = self._other_device(self.inputs.run_device if self.inputs is not None else None)
             self.summary = report_line(forecaster.initial_parts, forecaster.parts(now), actual,
                                        forecaster.before_step_one_s if self.prediction is not None else None,
                                        noun="run", train_unit=self._unit_name(), stopped=forecaster.stopped_early,
-                                       stopped_by=self._stopped_by, earlier_s=forecaster.elapsed_before_s)
+                                       stopped_by=self._stopped_by, earlier_s=forecaster.elapsed_before_s,
+                                       other_device=other)
             self._write(self.summary)
             if self.advise is True or self.advise and self._advice_cost_s() < 0.01 * actual:
-                measured = forecaster.batches.mean_s()
+                measured = None if other else forecaster.batches.mean_s()
                 per_step = measured * (self.shape.accumulate if self.shape and self.unit == "batch" else 1) \
                     if measured else None
                 self._advise(actual, per_step)

@@ -659,6 +659,11 @@ def test_a_resumed_runs_lines_count_its_earlier_time_as_a_part_so_that_the_parts
                          earlier_s=forecaster.elapsed_before_s)
     # what ran: its 12 s before the resume and 3 of the 20 batches, 15 s in all, as it took
     assert "15.0s for what ran (+0.0%): earlier runs 12.0s" in report
+    # predicted for another device than the run's: stated, not set against this run's time
+    report = report_line(forecaster.initial_parts, forecaster.parts(3.0), 15.0, 32.0, stopped=(3, 20),
+                         earlier_s=forecaster.elapsed_before_s, other_device="NVIDIA H100 SXM5 80GB")
+    assert "; predicted before step one for NVIDIA H100 SXM5 80GB 32.0s for the whole schedule, 15.0s for what " \
+           "ran: earlier runs 12.0s" in report
 
 
 def test_the_eta_is_recomputed_sooner_while_the_fit_is_young():

@@ -61,6 +61,8 @@ def test_a_trainer_run_shows_the_eta_in_its_bar_and_logs_and_follows_its_schedul
     assert re.search(r"eta=\d{2}:\d{2} 32-true\]", err)
     assert "ptp: predicted run " in err and "on NVIDIA H100 SXM5 80GB" in err and "(16 batches)" in err
     assert "ptp: run took" in err
+    assert "run took" in callback.tracker.summary  # the H100's prediction stated, not an error against the CPU's run
+    assert "here; predicted before step one for NVIDIA H100 SXM5 80GB:" in callback.tracker.summary
     # The report leaves out a part under 50 ms both measured and predicted (a fast disk's saves)
     save, planned = parts["save"], callback.tracker.forecaster.initial_parts["save"]
     assert ("checkpoints" in callback.tracker.summary) == (max(save.spent_s, planned.spent_s + planned.left_s) >= 0.05)
