@@ -77,7 +77,8 @@ class PrecisionTimeCallback(RunReadouts, Callback):
         # "h100" -> h100-sxm; an unknown name fails here. The note waits for the fit: with
         # strategy="ddp" every rank builds the callback, and rank zero alone should say it.
         device, self._device_note = resolve_target(device)
-        check_callback_settings("PrecisionTimeCallback", advise, warmup_batches, refresh_s, clock)
+        check_callback_settings("PrecisionTimeCallback", advise, warmup_batches, refresh_s, clock,
+                                calibrate_ops=calibrate_ops, show_in_progress_bar=show_in_progress_bar)
         self.device, self.advise, self.calibrate_ops = device, advise, calibrate_ops
         self.warmup_batches = warmup_batches
         self.corrections: dict[str, float] = {}

@@ -60,10 +60,14 @@ def check_optimizer(optimizer: Any, where: str) -> None:
                          "itself, or None for AdamW defaults")
 
 
-def check_callback_settings(where: str, advise: Any, warmup_batches: Any, refresh_s: Any, clock: Any = None) -> None:
+def check_callback_settings(where: str, advise: Any, warmup_batches: Any, refresh_s: Any, clock: Any = None,
+                            **flags: Any) -> None:
     """The settings every framework's callback takes: ``advise`` is True, False or ``"auto"``;
     ``warmup_batches`` an integer and ``refresh_s`` seconds, neither negative; ``clock`` (when
-    given) a function returning seconds."""
+    given) a function returning seconds; each of ``flags`` True or False (``"no"`` would read as on)."""
+    for name, value in flags.items():
+        if value not in (True, False):
+            raise ValueError(f"{where}({name}={value!r}): expected True or False")
     if advise not in (True, False, "auto"):
         raise ValueError(f"{where}(advise={advise!r}): expected True, False or 'auto'")
     if isinstance(warmup_batches, bool) or not isinstance(warmup_batches, int) or warmup_batches < 0:

@@ -99,7 +99,7 @@ def track(
         verbose: print the plan at the first batch and the report at ``close()``.
     """
     _check_arguments(model, optimizer, step_fn, accelerator, epochs, max_steps, advise, eval_every, save_every,
-                     warmup_batches, refresh_s, clock)
+                     warmup_batches, refresh_s, clock, bar=bar, verbose=verbose)
     settings = _LoopSettings.read(model, accelerator, precision, accumulate, device)
     loader_len = _length(train_loader)
     if eval_every is None and eval_loader is not None:
@@ -214,7 +214,7 @@ def _bad(message: str) -> Any:
 
 def _check_arguments(model: Any, optimizer: Any, step_fn: Any, accelerator: Any, epochs: Any, max_steps: Any,
                      advise: Any, eval_every: Every, save_every: Every, warmup_batches: Any, refresh_s: Any,
-                     clock: Any) -> None:
+                     clock: Any, **flags: Any) -> None:
     from .arguments import check_callback_settings, check_model, check_optimizer, check_step_fn
 
     check_model(model, "ptp.track(model=...)")
@@ -227,7 +227,7 @@ def _check_arguments(model: Any, optimizer: Any, step_fn: Any, accelerator: Any,
             _bad(f"{name}={value!r}: expected an integer >= 1")
     if epochs is None and max_steps is None:
         _bad("pass epochs=... or max_steps=... (the run's length)")
-    check_callback_settings("ptp.track", advise, warmup_batches, refresh_s, clock)
+    check_callback_settings("ptp.track", advise, warmup_batches, refresh_s, clock, **flags)
     for name, every in (("eval_every", eval_every), ("save_every", save_every)):
         if every is not None and every != "epoch" and (isinstance(every, bool) or not isinstance(every, int)
                                                        or every < 1):

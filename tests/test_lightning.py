@@ -618,6 +618,9 @@ def test_settings_of_the_wrong_type_are_refused_when_the_callback_is_built():
     # A clock that is not one would break the fit at its first hook: refused here.
     with pytest.raises(ValueError, match=r"PrecisionTimeCallback\(clock=5\): expected a function returning seconds"):
         PrecisionTimeCallback(clock=5)
+    # "false" would read as on
+    with pytest.raises(ValueError, match=r"PrecisionTimeCallback\(calibrate_ops='false'\): expected True or False"):
+        PrecisionTimeCallback(calibrate_ops="false")
 
 
 def test_a_used_callback_pickles_without_its_fit():

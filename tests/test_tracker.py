@@ -288,8 +288,9 @@ def train_and_read_the_eta(tracker, model, optimizer, loader, epochs):
     (lambda m, o, d: ptp.track(m, o, d, "loss", epochs=1), "ptp.track(step_fn='loss'): expected a function"),
     (lambda m, o, d: ptp.track(m, o, d, step, epochs=1, accelerator="yes"),
      "accelerator='yes': expected an accelerate.Accelerator"),
+    (lambda m, o, d: ptp.track(m, o, d, step, epochs=1, bar="no"), "ptp.track(bar='no'): expected True or False"),
 ], ids=["optimizer-string", "frozen", "no-length", "eval-every", "advise", "refresh", "accumulate",
-        "precision", "warmup", "clock", "step-fn", "accelerator"])
+        "precision", "warmup", "clock", "step-fn", "accelerator", "flag"])
 def test_bad_arguments_fail_at_once_in_one_line(call, message):
     model, loader = model_and_loader()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
