@@ -61,11 +61,15 @@ def read_accelerator(accelerator: Any, precision: str | PrecisionSpec | None,
     if mode not in PRECISIONS:
         raise ValueError(f"ptp.track(accelerator=...): mixed_precision={mode!r} is not one of {', '.join(PRECISIONS)}")
     name = PRECISIONS[mode]
+    if mode == "fp16" and torch.device(accelerator.device).type == "cpu":
+        name = "32-true"  # Accelerate gives fp16 on a CPU no autocast and no GradScaler
     spec = PrecisionSpec.from_setting(name) if name is not None else None
     if precision is not None:
         given = precision if isinstance(precision, PrecisionSpec) else PrecisionSpec.from_setting(precision)
         if spec is None or given.name != spec.name:
-            raise ValueError(f"ptp.track(precision={precision!r}): the accelerator runs mixed_precision={mode!r}; "
+            runs = f"trains at {spec.name} (mixed_precision={mode!r})" if spec is not None and name != PRECISIONS[mode] \
+                else f"runs mixed_precision={mode!r}"
+            raise ValueError(f"ptp.track(precision={precision!r}): the accelerator {runs}; "
                              "drop precision= (it is read from the accelerator)")
         spec = given
     steps = int(getattr(accelerator, "gradient_accumulation_steps", 1) or 1)

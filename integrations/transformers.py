@@ -64,7 +64,7 @@ from ptp_callback.devices import DeviceSpec
 from ptp_callback.host_costs import HF_TRAINER_LOOP
 from ptp_callback.loaders import example_batch, loader_facts
 from ptp_callback.notices import warn
-from ptp_callback.precision import PrecisionSpec
+from ptp_callback.precision import PrecisionSpec, weights_precision
 from ptp_callback.run_plan import LoaderFacts
 from ptp_callback.run_prediction import CheckpointFacts
 from ptp_callback.schedule import FitSchedule, FitStart, build_schedule
@@ -76,14 +76,19 @@ __all__ = ["PrecisionTimeTrainerCallback", "evaluation_loaders", "precision_of",
 
 
 def precision_of(args: Any, model: torch.nn.Module) -> PrecisionSpec:
-    """The precision a ``Trainer`` with these arguments trains ``model`` at."""
-    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
-    if dtype in (torch.bfloat16, torch.float16):
-        name = "bf16-true" if dtype == torch.bfloat16 else "16-true"
+    """The precision a ``Trainer`` with these arguments trains ``model`` at.
+
+    ``bf16`` / ``fp16`` turn autocast on whatever the weights' dtype (a bf16 base model with fp32
+    LoRA adapters trains under autocast, its adapters and their optimizer state in fp32), except
+    ``fp16`` on a CPU, which Accelerate runs without autocast. Without autocast, weights all in
+    bf16 or fp16 train at ``bf16-true`` / ``16-true``."""
+    run_device = torch.device(args.device).type
+    if args.bf16 or args.fp16 and run_device != "cpu":
+        name = "bf16-mixed" if args.bf16 else "16-mixed"
     else:
-        name = "16-mixed" if args.fp16 else "bf16-mixed" if args.bf16 else "32-true"
+        name = weights_precision(model)
     spec = PrecisionSpec.from_setting(name, matmul_tf32=args.tf32)
-    return spec.with_tf32(False, False) if torch.device(args.device).type != "cuda" else spec
+    return spec.with_tf32(False, False) if run_device != "cuda" else spec
 
 
 def read_schedule(args: Any, state: Any, batches_per_epoch: int | None,

@@ -36,7 +36,7 @@ import torch
 from .cadence import Every
 from .devices import DeviceSpec
 from .host_costs import ACCELERATE_LOOP
-from .precision import PrecisionSpec
+from .precision import PrecisionSpec, weights_precision
 from .run_plan import LoaderFacts
 from .run_prediction import CheckpointFacts
 from .tracer import StepFn
@@ -190,6 +190,9 @@ class _LoopSettings:
             spec = _precision(precision or "32-true")
             label, run_device = spec.label, _model_device(model)
             world, main = _distributed()
+        if precision is None and spec is not None and spec.name == "32-true":
+            spec = _precision(weights_precision(model))  # bf16 weights without autocast: bf16-true
+            label = spec.label
         if spec is not None and run_device.type != "cuda":
             spec = spec.with_tf32(False, False)  # TF32 is a GPU matter
             label = spec.label

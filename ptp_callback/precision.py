@@ -139,6 +139,15 @@ def as_precision(precision: str | int | PrecisionSpec, **tf32: bool | None) -> P
     return PrecisionSpec.from_setting(precision, **tf32)
 
 
+def weights_precision(model: torch.nn.Module) -> str:
+    """What a loop without autocast trains ``model`` at: ``bf16-true`` / ``16-true`` when every
+    floating-point parameter is in that dtype, else ``32-true`` (under which the trace keeps each
+    parameter's own dtype)."""
+    dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()}
+    return {frozenset((torch.bfloat16,)): "bf16-true", frozenset((torch.float16,)): "16-true"}.get(
+        frozenset(dtypes), "32-true")
+
+
 # GPU generations without bf16 tensor cores (bf16 came with Ampere).
 _BEFORE_BF16 = frozenset(("volta", "turing", "pascal", "maxwell", "kepler"))
 

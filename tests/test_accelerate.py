@@ -97,6 +97,16 @@ def test_the_accelerator_and_track_must_agree():
         read_accelerator(accelerator, None, 2)
 
 
+def test_fp16_on_a_cpu_is_read_as_the_fp32_that_accelerate_runs():
+    accelerator = Accelerator(mixed_precision="fp16", cpu=True)
+    assert accelerator.scaler is None  # no autocast, no GradScaler: Accelerate's rule for a CPU
+    spec, label, *_ = read_accelerator(accelerator, None, None)
+    assert (spec.name, label) == ("32-true", "32-true")
+    with pytest.raises(ValueError, match=r"precision='16-mixed'\): the accelerator trains at 32-true "
+                                         r"\(mixed_precision='fp16'\)"):
+        read_accelerator(accelerator, "16-mixed", None)
+
+
 def test_save_state_and_load_state_carry_the_calibration_and_the_position(tmp_path):
     import accelerate_loop
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ptp_callback.precision import PrecisionSpec
+from ptp_callback.precision import PrecisionSpec, weights_precision
 
 
 @pytest.mark.parametrize(
@@ -25,6 +25,15 @@ from ptp_callback.precision import PrecisionSpec
 def test_lightning_strings(given, name, param, autocast, scaler):
     spec = PrecisionSpec.from_setting(given)
     assert (spec.name, spec.param_dtype, spec.autocast_dtype, spec.grad_scaler) == (name, param, autocast, scaler)
+
+
+def test_a_models_weights_say_its_true_half_precision_only_when_all_share_one_dtype():
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
+    assert weights_precision(model) == "32-true"
+    assert weights_precision(model.to(torch.float16)) == "16-true"
+    assert weights_precision(model.to(torch.bfloat16)) == "bf16-true"
+    model[1].float()  # a bf16 base with an fp32 head: each weight keeps its own dtype under 32-true
+    assert weights_precision(model) == "32-true"
 
 
 def test_unknown_precision_says_what_is_expected():

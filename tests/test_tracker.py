@@ -258,6 +258,14 @@ def step(model, batch):
     return F.cross_entropy(model(batch[0]), batch[1])
 
 
+def test_a_model_with_bf16_weights_and_no_precision_given_trains_at_bf16_true():
+    model, loader = model_and_loader()
+    tracker = ptp.track(model.to(torch.bfloat16), None, loader, step, epochs=1, bar=False, verbose=False,
+                        advise=False)
+    assert tracker.precision_label == "bf16-true"
+    tracker.close()
+
+
 def train_and_read_the_eta(tracker, model, optimizer, loader, epochs):
     """A plain loop through ``tracker.iterate``; the tracker's remaining seconds in every batch."""
     remaining = []

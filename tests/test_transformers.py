@@ -124,6 +124,12 @@ def test_precision_from_the_arguments_and_the_model(tmp_path):
     assert precision_of(arguments(tmp_path), model).label == "32-true"
     assert precision_of(arguments(tmp_path, bf16=True), model).label == "bf16-mixed"
     assert precision_of(arguments(tmp_path), model.to(torch.bfloat16)).label == "bf16-true"
+    # A bf16 base with fp32 adapters (PEFT's LoRA default): bf16=True autocasts, the adapters stay fp32
+    adapted = torch.nn.Sequential(torch.nn.Linear(4, 4).to(torch.bfloat16), torch.nn.Linear(4, 4))
+    assert precision_of(arguments(tmp_path, bf16=True), adapted).label == "bf16-mixed"
+    assert precision_of(arguments(tmp_path), adapted).label == "32-true"  # each weight in its own dtype
+    # Accelerate runs fp16 on a CPU without autocast or GradScaler
+    assert precision_of(arguments(tmp_path, fp16=True), torch.nn.Linear(4, 4)).label == "32-true"
 
 
 @pytest.mark.parametrize("settings, evaluations, saves", [
