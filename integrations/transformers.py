@@ -72,7 +72,7 @@ from ptp_callback.tracker import RunTracker, TraceInputs
 
 from .accelerate import forward_without_autocast, loader_view, unwrap_optimizer
 
-__all__ = ["PrecisionTimeTrainerCallback", "evaluation_loaders", "precision_of", "read_schedule"]
+__all__ = ["PrecisionTimeTrainerCallback", "evaluation_loaders", "loss_step", "precision_of", "read_schedule"]
 
 
 def precision_of(args: Any, model: torch.nn.Module) -> PrecisionSpec:
@@ -189,6 +189,24 @@ def _before_the_log_printers(handler: CallbackHandler, callback: TrainerCallback
         callbacks.insert(printers[0], callback)
 
 
+def loss_step(trainer: Any) -> Callable[[torch.nn.Module, Any], Any] | None:
+    """The step function that computes the loss as the Trainer does, when that is not the model's
+    own ``.loss``: a subclass's ``compute_loss`` (a loss of its own, batch keys the model does not
+    take, two forward passes), a ``compute_loss_func`` or label smoothing. ``None``: the model's
+    ``.loss`` (the default, and what a Trainer not found from the hook gets)."""
+    from transformers import Trainer
+
+    if trainer is None or (type(trainer).compute_loss is Trainer.compute_loss
+                           and getattr(trainer, "compute_loss_func", None) is None
+                           and getattr(trainer, "label_smoother", None) is None):
+        return None
+
+    def step(model: torch.nn.Module, batch: Any) -> Any:
+        return trainer.compute_loss(model, batch)
+
+    return step
+
+
 def evaluation_loaders(trainer: Any, args: Any) -> list[Any]:
     """The loaders the Trainer's evaluations will run (one per evaluation dataset), built by its own
     ``get_eval_dataloader``; none when it will not evaluate or has no evaluation dataset."""
@@ -240,13 +258,13 @@ class PrecisionTimeTrainerCallback(TrainerCallback, ExportableState):
         except Exception:  # noqa: BLE001 - a Trainer that builds no evaluation loader now: the first evaluation is measured
             eval_loaders = []
         try:
-            self._begin(now, args, state, model, optimizer, train_dataloader, eval_loaders)
+            self._begin(now, args, state, model, optimizer, train_dataloader, eval_loaders, loss_step(trainer))
         except Exception as exc:  # noqa: BLE001 - never break a run
             self.tracker = None
             warn(f"reading the Trainer failed ({type(exc).__name__}: {exc}); no ETA for this run")
 
     def _begin(self, now: float, args: Any, state: Any, model: Any, optimizer: Any, train_dataloader: Any,
-               eval_loaders: list[Any]) -> None:
+               eval_loaders: list[Any], step_fn: Callable[[torch.nn.Module, Any], Any] | None) -> None:
         try:
             batches = len(train_dataloader) if train_dataloader is not None else None
         except TypeError:
@@ -266,12 +284,13 @@ class PrecisionTimeTrainerCallback(TrainerCallback, ExportableState):
         if self._restored:
             tracker.forecaster.load_state_dict(self._restored)
         if main and train_dataloader is not None:
-            self._predict(tracker, args, spec, model, optimizer, train_dataloader, eval_loaders[0] if sized else None)
+            self._predict(tracker, args, spec, model, optimizer, train_dataloader, eval_loaders[0] if sized else None,
+                          step_fn)
         tracker.begin_training()
         self._last_t = self.clock()
 
     def _predict(self, tracker: RunTracker, args: Any, spec: PrecisionSpec, model: torch.nn.Module, optimizer: Any,
-                 train_dataloader: Any, eval_loader: Any) -> None:
+                 train_dataloader: Any, eval_loader: Any, step_fn: Callable[[torch.nn.Module, Any], Any] | None) -> None:
         run_device = torch.device(args.device)
         try:
             view = loader_view(train_dataloader, _Processes(args.world_size))
@@ -291,7 +310,7 @@ class PrecisionTimeTrainerCallback(TrainerCallback, ExportableState):
         optimizer = unwrap_optimizer(optimizer)
         if args.max_grad_norm and args.max_grad_norm > 0:  # the Trainer clips before each step (1.0 by default)
             optimizer = ClippedGradients(optimizer, float(args.max_grad_norm))
-        inputs = TraceInputs(model, batch, None, optimizer, spec, target, run_device,
+        inputs = TraceInputs(model, batch, step_fn, optimizer, spec, target, run_device,
                              val_batch=val_batch, context=forward_without_autocast(model))
         checkpoint = CheckpointFacts(directory=args.output_dir, weights_only=bool(args.save_only_model),
                                      replaces_previous=args.save_total_limit is not None) \

@@ -75,6 +75,38 @@ def test_a_trainer_run_shows_the_eta_in_its_bar_and_logs_and_follows_its_schedul
     assert "(not predicted)" not in callback.tracker.summary
 
 
+def test_a_trainers_own_compute_loss_is_the_step_traced(tmp_path):
+    import hf_trainer
+    import torch.nn.functional as F
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer
+
+    from ptp_callback.notices import PtpWarning
+
+    class Targets(hf_trainer.RandomTokens):  # a key the loss needs and the model does not take
+        def __getitem__(self, i):
+            return {"input_ids": self.ids[i], "target": self.ids[i]}
+
+    class TwoPasses(Trainer):  # R-Drop style: two forward passes and a loss of its own
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            target = inputs.pop("target")
+            first, second = model(**inputs), model(**inputs)
+            loss = F.cross_entropy(first.logits.flatten(0, 1), target.flatten()) + \
+                (first.logits - second.logits).pow(2).mean()
+            return (loss, first) if return_outputs else loss
+
+    config = GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=128, n_positions=16)
+    callback = PrecisionTimeTrainerCallback(advise=False)
+    trainer = TwoPasses(model=GPT2LMHeadModel(config), args=arguments(tmp_path, max_steps=2, remove_unused_columns=False,
+                                                                       per_device_train_batch_size=4),
+                        train_dataset=Targets(8, 16, 128, seed=0), callbacks=[callback])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.train()
+    assert not [w for w in caught if issubclass(w.category, PtpWarning)]  # model(**batch) alone fails on "target"
+    ops = callback.tracker.prediction.trace.ops
+    assert sum(op.name == "aten.embedding.default" and op.phase == "forward" for op in ops) == 4  # wte, wpe twice
+
+
 def test_early_stopping_is_named_in_the_plan_and_its_stop_reported(tmp_path):
     import hf_trainer
     from transformers import EarlyStoppingCallback
