@@ -313,8 +313,8 @@ class PrecisionTimeTrainerCallback(TrainerCallback, ExportableState):
         inputs = TraceInputs(model, batch, step_fn, optimizer, spec, target, run_device,
                              val_batch=val_batch, context=forward_without_autocast(model))
         checkpoint = CheckpointFacts(directory=args.output_dir, weights_only=bool(args.save_only_model),
-                                     replaces_previous=args.save_total_limit is not None) \
-            if tracker.forecaster.saves else None
+                                     replaces_previous=args.save_total_limit is not None,
+                                     weights_bytes=_adapter_bytes(model)) if tracker.forecaster.saves else None
         tracker.predict(inputs, train_loader=loader_facts(train_dataloader, batch, load_s), val_loader=val_facts,
                         checkpoint=checkpoint, world_size=int(args.world_size), loop=HF_TRAINER_LOOP)
 
@@ -388,6 +388,14 @@ class PrecisionTimeTrainerCallback(TrainerCallback, ExportableState):
         return {"args": {"device": device, "advise": self.advise, "warmup_batches": self.warmup_batches,
                          "refresh_s": self.refresh_s},
                 "attributes": {"_restored": measured}}
+
+
+def _adapter_bytes(model: torch.nn.Module) -> float | None:
+    """The bytes of a PEFT model's trainable weights, all that its ``save_pretrained`` writes (the
+    frozen base is not saved); ``None`` for any other model, whose every weight is saved."""
+    if not hasattr(model, "peft_config") or not hasattr(model, "get_base_model"):
+        return None
+    return float(sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad))
 
 
 class _Processes:

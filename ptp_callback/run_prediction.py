@@ -45,6 +45,7 @@ class CheckpointFacts:
     weights_only: bool = False
     replaces_previous: bool = False
     buffered: bool = False
+    weights_bytes: float | None = None  # when a save writes less than every parameter (a PEFT model's adapters)
 
 
 @dataclass
@@ -142,7 +143,8 @@ def predict_run(
     checkpoint_bytes = 0.0
     state_bytes = float(trace.param_bytes + trace.optimizer_state_bytes)
     if checkpoint is not None:
-        checkpoint_bytes = float(trace.param_bytes) if checkpoint.weights_only else state_bytes
+        weights = float(trace.param_bytes if checkpoint.weights_bytes is None else checkpoint.weights_bytes)
+        checkpoint_bytes = weights + (0.0 if checkpoint.weights_only else float(trace.optimizer_state_bytes))
     plan = plan_run(StepCosts.of(step), StepCosts.of(val_step) if val_step is not None else None, host,
                     on_gpu=on_gpu, autocast=precision.autocast_dtype is not None, train_loader=train_loader,
                     val_loader=val_loader, sanity_batches=sanity_batches, checkpoint_bytes=checkpoint_bytes,

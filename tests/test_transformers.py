@@ -107,6 +107,25 @@ def test_a_trainers_own_compute_loss_is_the_step_traced(tmp_path):
     assert sum(op.name == "aten.embedding.default" and op.phase == "forward" for op in ops) == 4  # wte, wpe twice
 
 
+def test_a_peft_models_saves_are_priced_as_its_adapters_and_their_optimizer_state(tmp_path):
+    import glob
+
+    import hf_trainer
+    from peft import LoraConfig, get_peft_model
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer
+
+    config = GPT2Config(n_layer=2, n_embd=128, n_head=2, vocab_size=1024, n_positions=16)
+    model = get_peft_model(GPT2LMHeadModel(config), LoraConfig(r=4, target_modules=["c_attn"], task_type="CAUSAL_LM"))
+    callback = PrecisionTimeTrainerCallback(advise=False)
+    Trainer(model=model, args=arguments(tmp_path, max_steps=2, save_strategy="steps", save_steps=2,
+                                        per_device_train_batch_size=4),
+            train_dataset=hf_trainer.RandomTokens(8, 16, 1024, seed=0), callbacks=[callback]).train()
+    written = sum(os.path.getsize(path) for name in ("adapter_model.safetensors", "optimizer.pt")
+                  for path in glob.glob(str(tmp_path / "checkpoint-*" / name)))
+    # the frozen base (2 MB here) is not saved: the adapters (16 KB) and their AdamW state are
+    assert callback.tracker.prediction.checkpoint_bytes == pytest.approx(written, rel=0.1)
+
+
 def test_early_stopping_is_named_in_the_plan_and_its_stop_reported(tmp_path):
     import hf_trainer
     from transformers import EarlyStoppingCallback
