@@ -561,7 +561,9 @@ class RunTracker(RunReadouts):
         if unit == "step" and per_epoch is not None:
             per_epoch, accumulate = math.ceil(per_epoch / accumulate), 1
         position, epoch, in_epoch = int(state["position"]), int(state["epochs_done"]), int(state["batch_in_epoch"])
-        if per_epoch is not None and in_epoch >= per_epoch:
+        if unit == "step" and per_epoch is not None:
+            epoch, in_epoch = divmod(position, per_epoch)  # step() sees no epochs: where the steps done lead
+        elif per_epoch is not None and in_epoch >= per_epoch:
             epoch, in_epoch = epoch + 1, 0
         step = steps_at(position, batches_per_epoch=per_epoch, accumulate=accumulate)
         return FitStart(position=position, step=step, epoch=epoch, epochs_counted=epoch, batch_in_epoch=in_epoch)

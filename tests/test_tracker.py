@@ -381,6 +381,22 @@ def test_state_dict_resumes_position_and_calibration():
     assert second.forecaster.elapsed_before_s == pytest.approx(14.0)
 
 
+def test_a_loop_that_reports_steps_resumes_where_its_steps_lead():
+    clock = Clock()
+    # 10 micro-batches an epoch, a step every 2: 5 steps an epoch, 10 in all, an evaluation every 4
+    first = virtual_tracker(clock, accumulate=2, eval_every=4, save_every=None)
+    for _ in range(8):
+        clock.t += 1.0
+        first.step()
+    state = first.state_dict()
+    second = virtual_tracker(clock, accumulate=2, eval_every=4, save_every=None)
+    second.load_state_dict(state)
+    schedule = second.forecaster.schedule
+    # step 8 is the third step of the second epoch: 2 steps left, no evaluation among them
+    assert (schedule.start_batch, schedule.start_epoch, schedule.start_batch_in_epoch) == (8, 1, 3)
+    assert (schedule.total_batches, schedule.val_after_batches) == (10, ())
+
+
 def test_a_state_saved_after_leaving_an_epoch_early_resumes_inside_it():
     clock = Clock()
     first = virtual_tracker(clock, eval_every=None, save_every=None)
