@@ -9,9 +9,11 @@ memory-efficient kernel at 1.5-2x the causal flash time. That is what happens in
 cases: ``attention_mask`` in the batch, and ``use_cache=False``, set for training and by gradient
 checkpointing.
 
-While a step is traced, :func:`real_mask_checks` answers these checks from the real batch the
-trace started from: the padding mask is all ones when every attention mask in the batch is, and
-positions are packed only when the batch's own ``position_ids`` say so. Nothing changes for a
+While a step is traced, :func:`real_mask_checks` answers these checks from values: a padding mask
+whose values the trace kept (the batch's own, or one the model fills itself, such as BART's
+all-ones decoder mask beside a padded encoder input) by them; any other from the real batch the
+trace started from, all ones when every attention mask in the batch is. Positions are packed only
+when the batch's own ``position_ids`` say so. Nothing changes for a
 library that is not imported, or for a batch whose values cannot be read (meta tensors).
 """
 
@@ -61,6 +63,17 @@ def _zeros_and_ones(x: torch.Tensor) -> bool:
     return x.numel() > 0 and bool(((x == 0) | (x == 1)).all())
 
 
+def _pads(mask: FakeTensor, batch_pads: bool) -> bool:
+    """Whether a fake padding mask pads: its own values when the trace kept them (a mask the model
+    fills itself, BART's all-ones decoder mask beside a padded encoder batch, or the batch's mask
+    itself), else what the batch's masks say."""
+    value = getattr(mask, "constant", None)
+    if isinstance(value, torch.Tensor) and value.shape == mask.shape:
+        with unset_fake_temporarily():
+            return not bool(value.bool().all())
+    return batch_pads
+
+
 def mask_facts(batch: Any) -> str:
     """What :func:`real_mask_checks` would decide for this batch (the trace cache keys on it)."""
     try:
@@ -92,7 +105,7 @@ def real_mask_checks(batch: Any) -> Iterator[None]:
     def padding_check(check: Any) -> Any:
         def answered(padding_mask: Any, *args: Any, **kwargs: Any) -> bool:
             if isinstance(padding_mask, FakeTensor):
-                if values.padded:
+                if _pads(padding_mask, values.padded):
                     return False
                 padding_mask = None  # all ones: the same as none
             return check(padding_mask, *args, **kwargs)

@@ -82,6 +82,22 @@ def test_an_encoders_attention_runs_without_a_mask_exactly_when_no_token_is_padd
     assert {cost.kernel for cost in attention} == ({"efficient"} if pad else {"flash"})
 
 
+def test_a_decoders_own_mask_of_ones_beside_a_padded_encoder_input_leaves_its_attention_causal():
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    bart = BartForConditionalGeneration(BartConfig(
+        vocab_size=128, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=32))
+    ids = torch.randint(3, 128, (2, 16))
+    # the encoder's input pads; the decoder's self-attention mask is the all-ones one BART fills itself
+    batch = {"input_ids": ids, "attention_mask": padded(ids), "labels": torch.randint(3, 128, (2, 8))}
+    trace = trace_step(bart, batch, step, None, SPEC, target_type="cuda")
+    forward = [op.cost for op in trace.ops if op.cost.op_class == "attention" and op.phase == "forward"]
+    # encoder self-attention and cross-attention take the padding mask; the decoder's runs causal
+    assert [(cost.causal, cost.kernel) for cost in forward] == [(False, "efficient"), (True, "flash"),
+                                                                 (False, "efficient")]
+
+
 def test_transformers_own_checks_are_back_after_the_trace():
     before = (masking._ignore_causal_mask_sdpa, masking._ignore_bidirectional_mask_sdpa,
               masking.find_packed_sequence_indices)
