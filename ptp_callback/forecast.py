@@ -245,6 +245,7 @@ class RunForecaster:
         self._own_pending = 0.0  # the callback's own seconds inside the interval now running
         self._limit_used_s = 0.0  # of max_time, used by earlier runs (resume)
         self._time_stop_at: int | None = None  # the position at whose batch's end max_time ran out
+        self._train_end_t: float | None = None
 
     # ------------------------------------------------------------------------------ set-up
     def set_plan(self, plan: RunPlan | None, now: float | None = None) -> None:
@@ -402,6 +403,7 @@ class RunForecaster:
 
     def train_end(self, t: float) -> None:
         self._event(t, "train_end")
+        self._train_end_t = t
 
     def fit_end(self, t: float) -> None:
         self._event(t, "fit_end")
@@ -911,12 +913,23 @@ class RunForecaster:
     @property
     def stopped_early(self) -> tuple[int, int] | None:
         """``(batches run, batches scheduled)`` of a fit that ended before its schedule did (early
-        stopping, ``trainer.should_stop``, a loop left early); ``None`` for any other fit, and for one
-        that ``max_time`` may end."""
+        stopping, ``trainer.should_stop``, a loop left early, an exception); ``None`` for any other
+        fit, and for one that ``max_time`` ended."""
         s = self.schedule
-        if not self.ended or s.total_batches is None or s.max_time_s is not None or self.position >= s.total_batches:
+        if not self.ended or s.total_batches is None or self.position >= s.total_batches or self._ended_by_time():
             return None
         return self.position - self.first_batch, s.total_batches - self.first_batch
+
+    def _ended_by_time(self) -> bool:
+        """Whether ``max_time`` ran out by the end of training (within the slack between Lightning's
+        Timer and this clock: 2% of the limit and half a second)."""
+        s = self.schedule
+        if s.max_time_s is None:
+            return False
+        if self._time_stop_at is not None or self._train_end_t is None:
+            return True
+        left = self._time_limit_left_s(self._train_end_t)
+        return left is not None and left <= 0.02 * s.max_time_s + 0.5
 
     # --------------------------------------------------------------------------- resume
     def state_dict(self, now: float) -> dict[str, Any]:

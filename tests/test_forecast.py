@@ -141,6 +141,25 @@ def test_max_time_alone_gives_an_eta():
     assert resumed.remaining_s(11.0) == pytest.approx(30.0 + 0.5 + 2.0, abs=0.1)
 
 
+@pytest.mark.parametrize("batches, stopped", [(10, (10, 50)), (20, None)], ids=["early stop", "time ran out"])
+def test_a_fit_with_max_time_that_stops_long_before_it_is_reported_as_stopped_early(batches, stopped):
+    schedule = build_schedule(batches_per_epoch=10, max_epochs=5, max_steps=None, val_check_batch=None,
+                              check_val_every_n_epoch=1, val_batches_per_run=0, max_time_s=20.0)
+    forecaster = RunForecaster(schedule, RunPlan(train_batch_s=1.0))
+    forecaster.fit_start(0.0)
+    forecaster.train_start(0.0)
+    for t in range(batches):
+        if t % 10 == 0:
+            forecaster.epoch_start(float(t))
+        forecaster.batch_start(float(t))
+        forecaster.batch_end(t + 1.0)
+    forecaster.train_end(batches + 0.1)
+    forecaster.fit_end(batches + 0.2)
+    # EarlyStopping (or an exception) 10 s into a 20 s limit: what ran is set beside its prediction;
+    # a fit that ran to its limit ended as planned
+    assert forecaster.stopped_early == stopped
+
+
 def test_a_max_time_stop_mid_epoch_still_runs_a_validation_and_the_save_before_the_end():
     # Lightning validates when should_stop is set in an epoch that validates, then saves at the
     # epoch's end: seen on an H100 (2026-11-24), 0.8 s of validation and the save after the limit
