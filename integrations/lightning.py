@@ -275,6 +275,7 @@ class PrecisionTimeCallback(RunReadouts, Callback):
         forecaster = self.forecaster
         if not self._active or forecaster is None:
             return
+        self._active = False  # a trainer.validate() after the fit is not part of it
         actual = self._report(trainer, forecaster)
         if self.advise is True or self.advise and self._advice_cost_s() < 0.01 * actual:
             measured = None if self._other_device(trainer.strategy.root_device) else forecaster.batches.mean_s()

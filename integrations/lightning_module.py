@@ -284,20 +284,28 @@ def _train_example(trainer: Trainer, transform: Callable[[Any], Any]) -> tuple[A
     return loader, combined, sum(s for _b, s in examples)
 
 
+def _log_step(trainer: Trainer) -> int:
+    """The step Lightning logs this batch's metrics at: its count of batches that stepped, to which
+    this batch is added after its hooks (``global_step`` is already one ahead)."""
+    return int(getattr(trainer.fit_loop.epoch_loop, "_batches_that_stepped", trainer.global_step))
+
+
 def logs_now(trainer: Trainer, logged_step: int) -> bool:
-    """Whether the trainer's loggers take the ETA now: at the steps the trainer logs at
-    (``log_every_n_steps``), once each (``logged_step``: the step last logged)."""
+    """Whether the trainer's loggers take the ETA now: in the rows Lightning logs its own metrics
+    to (``log_every_n_steps``; the batch that steps, under accumulation), once each
+    (``logged_step``: the step last logged)."""
     if not trainer.loggers:
         return False
-    step = trainer.global_step
-    return bool(step) and not step % max(1, trainer.log_every_n_steps) and step != logged_step
+    accumulating = getattr(trainer.fit_loop, "_should_accumulate", lambda: False)()
+    step = _log_step(trainer)
+    return not accumulating and not (step + 1) % max(1, trainer.log_every_n_steps) and step != logged_step
 
 
 def log_eta_metrics(trainer: Trainer, remaining_s: float | None, predicted_step_s: float | None,
                     measured_batch_s: float | None) -> int:
     """``ptp/eta_s``, ``ptp/step_s_predicted`` and ``ptp/step_s_measured`` (an optimizer step:
     batches x accumulation) to the trainer's loggers (see :func:`logs_now`); returns the step logged."""
-    step = trainer.global_step
+    step = _log_step(trainer)
     metrics = {} if remaining_s is None else {"ptp/eta_s": remaining_s}
     if predicted_step_s is not None:
         metrics["ptp/step_s_predicted"] = predicted_step_s

@@ -634,6 +634,17 @@ def test_a_used_callback_pickles_without_its_fit():
     assert copy.summary.startswith("ptp: fit took")
 
 
+def test_a_validation_after_the_fit_is_not_counted_in_it():
+    callback = PrecisionTimeCallback(advise=False)
+    fit = trainer([callback], enable_progress_bar=False, max_epochs=1)
+    model = Tiny()
+    fit.fit(model, *loaders())
+    parts = callback.forecaster.parts(callback.clock())
+    fit.validate(model, loaders()[1], verbose=False)
+    after = callback.forecaster.parts(callback.clock())
+    assert (after["val"].count, after["end"].spent_s) == (parts["val"].count, parts["end"].spent_s)
+
+
 def test_logged_values_reach_the_trainers_logger(tmp_path):
     import csv
 
@@ -647,7 +658,9 @@ def test_logged_values_reach_the_trainers_logger(tmp_path):
     with open(os.path.join(logger.log_dir, "metrics.csv")) as f:
         rows = list(csv.DictReader(f))
     eta = [float(r["ptp/eta_s"]) for r in rows if r.get("ptp/eta_s")]
-    assert [int(r["step"]) for r in rows if r.get("ptp/eta_s")] == list(range(5, t.global_step + 1, 5))
+    # in the rows of the module's own logged loss (Lightning's step count, one behind global_step)
+    assert [int(r["step"]) for r in rows if r.get("ptp/eta_s")] == list(range(4, t.global_step, 5))
+    assert {r["step"] for r in rows if r.get("ptp/eta_s")} == {r["step"] for r in rows if r.get("loss")}
     measured = [float(r["ptp/step_s_measured"]) for r in rows if r.get("ptp/step_s_measured")]
     assert len(eta) >= 3 and eta[-1] < eta[0]  # counts down
     assert measured and all(m > 0 for m in measured)
