@@ -60,7 +60,7 @@ from typing import Any, Callable
 
 import lightning.pytorch as pl
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
-from lightning.pytorch.callbacks import Timer
+from lightning.pytorch.callbacks import StochasticWeightAveraging, Timer
 
 from ptp_callback.checkpoints import CheckpointSettings, save_positions
 from ptp_callback.forecast import RunForecaster
@@ -124,7 +124,7 @@ def read_schedule(trainer: "pl.Trainer", *, start: FitStart | None = None) -> Fi
 
     # --- limits ---------------------------------------------------------------------------------------
     max_epochs = trainer.max_epochs
-    max_epochs = None if max_epochs is None or max_epochs == -1 else max_epochs
+    max_epochs = None if max_epochs is None or max_epochs == -1 else max_epochs + _epochs_to_be_added(trainer)
     max_steps = None if trainer.max_steps == -1 else trainer.max_steps
     acc = trainer.accumulate_grad_batches
     step_on_end = not trainer.strategy.handles_gradient_accumulation
@@ -310,6 +310,14 @@ def _timer(trainer: "pl.Trainer") -> Timer | None:
     """The ``Timer`` that limits the fit: ``Trainer(max_time=...)`` adds one
     (callback_connector._configure_timer_callback); a user's own takes its place."""
     return next((cb for cb in trainer.callbacks if isinstance(cb, Timer) and cb._duration is not None), None)
+
+
+def _epochs_to_be_added(trainer: "pl.Trainer") -> int:
+    """Epochs a callback whose ``on_fit_start`` comes after this one's will add: ``StochasticWeightAveraging``
+    runs one more over a model with batch norms, to update their statistics."""
+    return sum(1 for cb in trainer.callbacks if isinstance(cb, StochasticWeightAveraging)
+               and getattr(cb, "_model_contains_batch_norm", False) is None  # its on_fit_start is yet to run
+               and cb.pl_module_contains_batch_norm(trainer.lightning_module))
 
 
 def _sum_or_none(counts: list[int | float]) -> int | None:

@@ -634,6 +634,25 @@ def test_a_used_callback_pickles_without_its_fit():
     assert copy.summary.startswith("ptp: fit took")
 
 
+class WithBatchNorm(Tiny):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.BatchNorm1d(32), torch.nn.Linear(32, 4))
+
+
+def test_the_epoch_that_weight_averaging_adds_for_batch_norms_is_in_the_schedule():
+    from lightning.pytorch.callbacks import StochasticWeightAveraging
+
+    callback = PrecisionTimeCallback(advise=False)
+    # listed before SWA, whose on_fit_start adds the epoch after this callback's has read the schedule
+    swa = StochasticWeightAveraging(swa_lrs=1e-2, swa_epoch_start=1)
+    fit = trainer([callback, swa], enable_progress_bar=False, max_epochs=2, limit_train_batches=8,
+                  val_check_interval=1.0)
+    fit.fit(WithBatchNorm(), *loaders())
+    assert fit.current_epoch == 3 and callback.forecaster.schedule.total_batches == 3 * 8
+    assert callback.forecaster.position == 3 * 8 and not callback.forecaster.stopped_early
+
+
 def test_a_validation_after_the_fit_is_not_counted_in_it():
     callback = PrecisionTimeCallback(advise=False)
     fit = trainer([callback], enable_progress_bar=False, max_epochs=1)
