@@ -246,6 +246,7 @@ class RunForecaster:
         self._limit_used_s = 0.0  # of max_time, used by earlier runs (resume)
         self._time_stop_at: int | None = None  # the position at whose batch's end max_time ran out
         self._train_end_t: float | None = None
+        self._last_save_t: float | None = None
 
     # ------------------------------------------------------------------------------ set-up
     def set_plan(self, plan: RunPlan | None, now: float | None = None) -> None:
@@ -377,6 +378,7 @@ class RunForecaster:
     def save_start(self, t: float) -> None:
         self._event(t, "save_start")
         self._save_open = True
+        self._last_save_t = t
 
     def save_end(self, t: float) -> None:
         """The save is written (adapters that cannot see this let the next event close it)."""
@@ -716,11 +718,27 @@ class RunForecaster:
             runs = math.floor(counts["train"] * train_unit / s.val_every_s)
             left["val"] += runs * self._unit("val")[0]
         if self.save_every_s and counts["train"]:
-            saves = math.floor(counts["train"] * train_unit / self.save_every_s)
+            saves = self._time_saves_left(left, counts["train"], train_unit, now)
             left["save"] += saves * (self._unit("save")[0] or 0.0)
         if s.max_time_s is not None:
             self._cap_by_max_time(left, now, counts, next_left)
         return left
+
+    def _time_saves_left(self, left: dict[str, float], batches: float, batch_s: float, now: float) -> int:
+        """Saves ``ModelCheckpoint(train_time_interval=...)`` will make: it checks at each training
+        batch's end whether that much wall time has passed since training started or its last save
+        began, so the save itself and the validation runs and epoch ends between count too, and
+        each interval ends at a batch's end."""
+        every = self.save_every_s
+        assert every is not None
+        save_s = self._unit("save")[0] or 0.0
+        work = sum(left[kind] for kind in ("train", "warmup", "val", "epoch"))
+        since = [t for t in (self.train_t0, self._last_save_t) if t is not None]
+        first = max(0.0, every - (now - max(since) if since else 0.0))  # work before the next save
+        if work < first:
+            return 0
+        period = every if batch_s <= 0 else max(1, math.ceil((every - save_s) / batch_s)) * batch_s
+        return min(int(batches), 1 + math.floor((work - first) / period))
 
     def _validates_at_a_stop(self, position: int | None = None) -> bool:
         """Whether a stop after the batch that brings the fit to ``position`` (now: the current

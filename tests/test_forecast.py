@@ -331,7 +331,12 @@ def test_time_based_saves_are_counted_from_their_interval():
     schedule = schedule_of(max_epochs=1, val_batches_per_run=0, val_check_batch=None, sanity_batches=0)
     forecaster = RunForecaster(schedule, RunPlan(train_batch_s=1.0, save_s=0.5), save_every_s=3.0)
     forecaster.fit_start(0.0)
-    assert forecaster.remaining_s(0.0) == pytest.approx(10.0 + 3 * 0.5)
+    assert forecaster.remaining_s(0.0) == pytest.approx(10.0 + 3 * 0.5)  # after batches 3, 6 and 9
+    # ModelCheckpoint's interval is wall time from when its last save began: a 2 s save leaves 1 s
+    # of it, one batch; saves after batches 3, 4, ..., 10
+    slow = RunForecaster(schedule, RunPlan(train_batch_s=1.0, save_s=2.0), save_every_s=3.0)
+    slow.fit_start(0.0)
+    assert slow.remaining_s(0.0) == pytest.approx(10.0 + 8 * 2.0)
 
 
 def test_an_unbounded_fit_has_no_eta():
