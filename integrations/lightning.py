@@ -39,7 +39,7 @@ from ptp_callback.run_readouts import RunReadouts
 
 from .lightning_module import (add_bar_metric, advise_precision, log_eta_metrics, logs_now, plan_notes,
                                precision_spec, predict_fit, time_op_classes)
-from .lightning_schedule import (announce_weights_only_saves, follow_reloaded_loader, read_checkpoints, read_schedule,
+from .lightning_schedule import (announce_weights_only_saves, follow_epoch_start, read_checkpoints, read_schedule,
                                  time_limit_at_epoch_ends, time_limit_cycle, time_limit_used, with_epoch_length)
 
 log = logging.getLogger("lightning.pytorch.ptp_callback")  # printed and configured like Lightning's own lines
@@ -211,8 +211,8 @@ class PrecisionTimeCallback(RunReadouts, Callback):
         if not self._active:
             return
         self.forecaster.epoch_start(self.clock())
-        with self._warnings.guard("following the reloaded train loader's length", "the ETA keeps the old one"):
-            follow_reloaded_loader(trainer, self.forecaster, self.clock)
+        with self._warnings.guard("following the reloaded train loader or new accumulation", "the ETA keeps the old"):
+            follow_epoch_start(trainer, self.forecaster, self.clock)
 
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
         if self._active:

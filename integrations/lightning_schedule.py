@@ -60,7 +60,7 @@ from typing import Any, Callable
 
 import lightning.pytorch as pl
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
-from lightning.pytorch.callbacks import StochasticWeightAveraging, Timer
+from lightning.pytorch.callbacks import GradientAccumulationScheduler, StochasticWeightAveraging, Timer
 
 from ptp_callback.checkpoints import CheckpointSettings, save_positions
 from ptp_callback.forecast import RunForecaster
@@ -126,7 +126,6 @@ def read_schedule(trainer: "pl.Trainer", *, start: FitStart | None = None) -> Fi
     max_epochs = trainer.max_epochs
     max_epochs = None if max_epochs is None or max_epochs == -1 else max_epochs + _epochs_to_be_added(trainer)
     max_steps = None if trainer.max_steps == -1 else trainer.max_steps
-    acc = trainer.accumulate_grad_batches
     step_on_end = not trainer.strategy.handles_gradient_accumulation
 
     # --- resume ------------------------------------------------------------------------------------------
@@ -146,6 +145,7 @@ def read_schedule(trainer: "pl.Trainer", *, start: FitStart | None = None) -> Fi
             val_check=_pre_val_check(trainer, enable_val, vcb),
         )
         start = replace(start, step=start.step // per_batch)
+    acc = _accumulation(trainer, start.epoch)
     if per_batch > 1:  # the schedule counts batches: one manual step steps every optimizer
         max_steps = None if max_steps is None else -(-max_steps // per_batch)
 
@@ -261,13 +261,16 @@ def rest_of_fit(trainer: "pl.Trainer", position: int) -> tuple[FitSchedule, tupl
     return schedule, read_checkpoints(trainer, schedule)[0]
 
 
-def follow_reloaded_loader(trainer: "pl.Trainer", forecaster: RunForecaster, clock: Callable[[], float]) -> None:
+def follow_epoch_start(trainer: "pl.Trainer", forecaster: RunForecaster, clock: Callable[[], float]) -> None:
     """At ``on_train_epoch_start`` after the first: where ``reload_dataloaders_every_n_epochs`` gave
-    the train loader a new length, the forecaster goes on with the rest of the fit laid out on it
-    (its reading counted as the callback's own work)."""
+    the train loader a new length, or a ``GradientAccumulationScheduler`` another accumulation, the
+    forecaster goes on with the rest of the fit laid out on them (its reading counted as the
+    callback's own work)."""
     length = trainer.num_training_batches
-    if not trainer.reload_dataloaders_every_n_epochs or forecaster.position == forecaster.first_batch or \
-            length == float("inf") or length == forecaster.schedule.batches_per_epoch:
+    reloaded = trainer.reload_dataloaders_every_n_epochs and length != float("inf") and \
+        length != forecaster.schedule.batches_per_epoch
+    if forecaster.position == forecaster.first_batch or not reloaded and \
+            _accumulation(trainer, trainer.current_epoch) == forecaster.schedule.accumulate:
         return
     started = clock()
     try:
@@ -310,6 +313,13 @@ def _timer(trainer: "pl.Trainer") -> Timer | None:
     """The ``Timer`` that limits the fit: ``Trainer(max_time=...)`` adds one
     (callback_connector._configure_timer_callback); a user's own takes its place."""
     return next((cb for cb in trainer.callbacks if isinstance(cb, Timer) and cb._duration is not None), None)
+
+
+def _accumulation(trainer: "pl.Trainer", epoch: int) -> int:
+    """Batches per optimizer step in ``epoch``: what a ``GradientAccumulationScheduler`` sets at that
+    epoch's start (this callback's hooks may run before its), else the trainer's setting."""
+    scheduler = next((cb for cb in trainer.callbacks if isinstance(cb, GradientAccumulationScheduler)), None)
+    return scheduler.get_accumulate_grad_batches(epoch) if scheduler is not None else trainer.accumulate_grad_batches
 
 
 def _epochs_to_be_added(trainer: "pl.Trainer") -> int:

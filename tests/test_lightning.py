@@ -653,6 +653,21 @@ def test_the_epoch_that_weight_averaging_adds_for_batch_norms_is_in_the_schedule
     assert callback.forecaster.position == 3 * 8 and not callback.forecaster.stopped_early
 
 
+@pytest.mark.parametrize("scheduling", [{1: 4}, {0: 2, 2: 3}])
+def test_a_gradient_accumulation_scheduler_is_followed_from_each_epoch_it_changes(scheduling):
+    from lightning.pytorch.callbacks import GradientAccumulationScheduler
+
+    callback = PrecisionTimeCallback(advise=False)
+    fit = trainer([callback, GradientAccumulationScheduler(scheduling)], enable_progress_bar=False, max_epochs=-1,
+                  max_steps=12, limit_train_batches=8, val_check_interval=1.0)
+    fit.fit(Tiny(), *loaders())
+    forecaster = callback.forecaster
+    assert fit.global_step == 12
+    # the schedule laid out at the last change of accumulation ends where the fit did
+    assert forecaster.schedule.total_batches == forecaster.position and not forecaster.stopped_early
+    assert forecaster.schedule.accumulate == max(scheduling.values())
+
+
 def test_a_validation_after_the_fit_is_not_counted_in_it():
     callback = PrecisionTimeCallback(advise=False)
     fit = trainer([callback], enable_progress_bar=False, max_epochs=1)
