@@ -114,8 +114,8 @@ class PrecisionTimeCallback(RunReadouts, Callback):
         started = self.clock()
         with self._warnings.guard("reading the fit's schedule"):
             schedule = read_schedule(trainer)  # every rank: it may run collectives (and starts the loader)
-            saves, every_s, self._checkpoint = read_checkpoints(trainer, schedule)
-            self.forecaster = RunForecaster(schedule, saves=saves, save_every_s=every_s,
+            saves, every_s, self._checkpoint, per_val_run = read_checkpoints(trainer, schedule)
+            self.forecaster = RunForecaster(schedule, saves=saves, save_every_s=every_s, saves_per_val_run=per_val_run,
                                             warmup_batches=self.warmup_batches,
                                             relayout=lambda n: with_epoch_length(trainer, schedule, n),
                                             cycle=time_limit_cycle(trainer, schedule),

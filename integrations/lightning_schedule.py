@@ -62,7 +62,7 @@ import lightning.pytorch as pl
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.callbacks import GradientAccumulationScheduler, StochasticWeightAveraging, Timer
 
-from ptp_callback.checkpoints import CheckpointSettings, save_positions
+from ptp_callback.checkpoints import CheckpointSettings, save_positions, saves_per_validation_run
 from ptp_callback.forecast import RunForecaster
 from ptp_callback.run_prediction import CheckpointFacts
 from ptp_callback.schedule import EPOCH_END, FitSchedule, FitStart, build_schedule
@@ -181,15 +181,17 @@ def optimizer_steps_per_batch(trainer: "pl.Trainer") -> int:
 
 
 def read_checkpoints(trainer: "pl.Trainer", schedule: FitSchedule) -> tuple[tuple[int, ...], float | None,
-                                                                           CheckpointFacts | None]:
+                                                                           CheckpointFacts | None, int]:
     """The saves every ``ModelCheckpoint`` of the trainer will make: their positions on the schedule,
-    a time-triggered interval if any, and what the plan needs to cost them. Call after
-    :func:`read_schedule` (it needs the validation loaders' lengths)."""
+    a time-triggered interval if any, what the plan needs to cost them, and the saves after each
+    validation run of a fit that validates every so many seconds. Call after :func:`read_schedule`
+    (it needs the validation loaders' lengths)."""
     from lightning.pytorch.callbacks import ModelCheckpoint
 
     if trainer.fast_dev_run:  # ModelCheckpoint._should_skip_saving_checkpoint: it saves nothing then
-        return (), None, None
+        return (), None, None, 0
     positions: list[int] = []
+    per_val_run = 0
     every_s: float | None = None
     facts: CheckpointFacts | None = None
     per_batch = optimizer_steps_per_batch(trainer)
@@ -209,13 +211,15 @@ def read_checkpoints(trainer: "pl.Trainer", schedule: FitSchedule) -> tuple[tupl
             weights_only=cb.save_weights_only,
         )
         positions.extend(save_positions(schedule, settings))
+        if schedule.val_every_s:
+            per_val_run += saves_per_validation_run(settings)
         if settings.every_s:
             every_s = settings.every_s if every_s is None else min(every_s, settings.every_s)
         if facts is None:
             # save_top_k=k keeps k files: once k exist, each new save deletes one (-1 keeps all)
             facts = CheckpointFacts(directory=cb.dirpath, weights_only=cb.save_weights_only,
                                     replaces_previous=cb.save_top_k > 0, buffered=saves_through_memory(trainer))
-    return tuple(sorted(positions)), every_s, facts
+    return tuple(sorted(positions)), every_s, facts, per_val_run
 
 
 def announce_weights_only_saves(trainer: "pl.Trainer", on_save: Callable[[], None]) -> Callable[[], None]:

@@ -58,6 +58,15 @@ class CheckpointSettings:
     weights_only: bool = False
 
 
+def saves_per_validation_run(settings: CheckpointSettings) -> int:
+    """Saves after each validation run of a fit that validates every so many seconds (whose runs
+    have no positions for :func:`save_positions`): a checkpoint that saves when validation ends,
+    every epoch, saves its best and its last each time (counted by the forecaster with the runs)."""
+    if settings.on_epoch_end or settings.every_n_epochs != 1 or settings.save_top_k == 0:
+        return 0
+    return 1 + int(settings.save_last)
+
+
 def save_positions(schedule: FitSchedule, settings: CheckpointSettings) -> tuple[int, ...]:
     """Positions after which a save happens, ascending, one entry per save (a position may repeat).
 

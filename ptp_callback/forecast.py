@@ -186,6 +186,8 @@ class RunForecaster:
             is measured, and the ETA appears once training batches have been timed).
         saves: positions after which checkpoint saves happen (:func:`~ptp_callback.checkpoints.save_positions`).
         save_every_s: a time-triggered save interval, if any.
+        saves_per_val_run: saves after each validation run of a fit that validates every so many
+            seconds (``schedule.val_every_s``), whose runs are counted from the time left.
         warmup_batches: first training batches never used as steady measurements.
         min_window: the fewest latest steady batches the batch time averages (it averages over as
             many as are left to forecast, when more; whole accumulation cycles).
@@ -205,6 +207,7 @@ class RunForecaster:
         *,
         saves: tuple[int, ...] = (),
         save_every_s: float | None = None,
+        saves_per_val_run: int = 0,
         warmup_batches: int = 3,
         min_window: int = 50,
         relayout: Callable[[int], tuple[FitSchedule, tuple[int, ...]]] | None = None,
@@ -218,6 +221,7 @@ class RunForecaster:
         self.plan = plan
         self.saves = tuple(sorted(saves))
         self.save_every_s = save_every_s
+        self.saves_per_val_run = saves_per_val_run
         self.batches = _BatchTimes(warmup_batches)
         self.min_window = min_window
         self.meters = {kind: _Meter() for kind in KINDS}
@@ -717,6 +721,7 @@ class RunForecaster:
         if s.val_every_s and counts["train"]:
             runs = math.floor(counts["train"] * train_unit / s.val_every_s)
             left["val"] += runs * self._unit("val")[0]
+            left["save"] += runs * self.saves_per_val_run * (self._unit("save")[0] or 0.0)
         if self.save_every_s and counts["train"]:
             saves = self._time_saves_left(left, counts["train"], train_unit, now)
             left["save"] += saves * (self._unit("save")[0] or 0.0)

@@ -325,6 +325,11 @@ def test_time_based_validation_is_counted_from_its_interval():
     forecaster.fit_start(0.0)
     # 10 s of training -> 2 validation runs of 1 + 4 x 0.5 s
     assert forecaster.remaining_s(0.0) == pytest.approx(10.0 + 2 * 3.0)
+    # a ModelCheckpoint that saves when validation ends (its best and its last) saves after each
+    plan = RunPlan(train_batch_s=1.0, val_batch_s=0.5, val_run_s=1.0, save_s=0.25)
+    saving = RunForecaster(schedule, plan, saves_per_val_run=2)
+    saving.fit_start(0.0)
+    assert saving.remaining_s(0.0) == pytest.approx(10.0 + 2 * 3.0 + 2 * 2 * 0.25)
 
 
 def test_time_based_saves_are_counted_from_their_interval():

@@ -668,6 +668,17 @@ def test_a_gradient_accumulation_scheduler_is_followed_from_each_epoch_it_change
     assert forecaster.schedule.accumulate == max(scheduling.values())
 
 
+def test_a_checkpoint_after_each_time_based_validation_is_counted_with_the_runs(tmp_path):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    callback = PrecisionTimeCallback(advise=False)
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, save_last=True)  # its best and its last, after each run
+    fit = trainer([callback, checkpoint], enable_progress_bar=False, max_epochs=1, enable_checkpointing=True,
+                  val_check_interval="00:00:00:10")
+    fit.fit(Tiny(), *loaders())
+    assert callback.forecaster.schedule.val_every_s == 10.0 and callback.forecaster.saves_per_val_run == 2
+
+
 def test_a_validation_after_the_fit_is_not_counted_in_it():
     callback = PrecisionTimeCallback(advise=False)
     fit = trainer([callback], enable_progress_bar=False, max_epochs=1)
