@@ -45,7 +45,7 @@ class Saves(L.Callback):
         self.facts = None
 
     def on_fit_start(self, trainer, pl_module):
-        self.predicted, _every_s, self.facts = read_checkpoints(trainer, read_schedule(trainer))
+        self.predicted, _every_s, self.facts, _per_val_run = read_checkpoints(trainer, read_schedule(trainer))
 
     def on_train_batch_end(self, *args):
         self.batches += 1
