@@ -17,6 +17,8 @@ where it runs: after the GradScaler's unscale, before the optimizer's update.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,13 +47,34 @@ class ClippedGradients:
                              "(pass the optimizer itself when nothing is clipped)")
 
     def apply(self, optimizer: torch.optim.Optimizer, foreach: bool | None) -> None:
-        """Clip the gradients of ``optimizer``'s parameters (``foreach``: as on a CUDA device,
-        a few multi-tensor kernels rather than one per parameter)."""
+        """Clip the gradients of ``optimizer``'s parameters (``foreach``: a few multi-tensor kernels
+        rather than one per parameter; ``None``: torch's choice for their device, as for real ones
+        under :func:`foreach_for_fake_tensors`)."""
         params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
         if self.algorithm == "value":
             torch.nn.utils.clip_grad_value_(params, self.limit, foreach=foreach)
         else:
             torch.nn.utils.clip_grad_norm_(params, self.limit, norm_type=self.norm_type, foreach=foreach)
+
+
+@contextlib.contextmanager
+def foreach_for_fake_tensors() -> Iterator[None]:
+    """While active, torch's gradient clipping (``clip_grad_norm_``, ``clip_grad_value_`` with
+    ``foreach=None``, a step's own call included) takes its multi-tensor kernels for fake tensors
+    as it does for real ones: it checks ``type(t) is torch.Tensor``, which a fake tensor is not, and
+    would trace two kernels per parameter instead of a few in all (DTensor registers itself so)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.utils import _foreach_utils
+
+    types = _foreach_utils._foreach_supported_types
+    added = FakeTensor not in types
+    if added:
+        types.append(FakeTensor)
+    try:
+        yield
+    finally:
+        if added and FakeTensor in types:
+            types.remove(FakeTensor)
 
 
 def clipping_of(optimizer: Any) -> tuple[Any, ClippedGradients | None]:

@@ -68,7 +68,7 @@ from .cuda_autocast import casts_to_fp32, cuda_autocast_on_cpu, cuda_regions_on_
 from .flex_attention import flex_attention_recorded
 from .fused import run_rms_norm
 from .garbage_collection import collect_new_objects_only
-from .clipping import ClippedGradients, clipping_of
+from .clipping import ClippedGradients, clipping_of, foreach_for_fake_tensors
 from .live_memory import LiveBytes
 from .manual_step import ManualOptimization, ManualStep
 from .mask_checks import real_mask_checks
@@ -701,7 +701,22 @@ def _copy_optimizer(
                 group["foreach"] = True
                 if "foreach=True (CUDA default)" not in notes:
                     notes.append("optimizer: foreach=True (CUDA default)")
-    return cls(groups, **_optimizer_ctor_kwargs(cls, defaults)), notes
+    groups = [{k: v if k == "params" else _fake_hyperparameter(v) for k, v in group.items()} for group in groups]
+    return cls(groups, **_optimizer_ctor_kwargs(cls, {k: _fake_hyperparameter(v) for k, v in defaults.items()})), notes
+
+
+def _fake_hyperparameter(value: Any) -> Any:
+    """A hyperparameter held as a one-element tensor (``lr=torch.tensor(1e-3)``, for a learning-rate
+    schedule under ``torch.compile``) made again inside the fake mode, as a factory of the optimizer
+    makes it: a fake tensor that knows its number. The copy's constructor checks it (``0.0 <= lr``),
+    which the real tensor, turned fake without it, could not answer."""
+    if isinstance(value, tuple):
+        return tuple(_fake_hyperparameter(v) for v in value)
+    if isinstance(value, torch.Tensor) and not isinstance(value, FakeTensor) and value.numel() == 1:
+        with unset_fake_temporarily():
+            number = value.item()
+        return torch.tensor(number, dtype=value.dtype).reshape(value.shape)
+    return value
 
 
 def _check_no_closure(optimizer: torch.optim.Optimizer) -> None:
@@ -908,6 +923,7 @@ def _trace(
         stack.enter_context(module_path)
         stack.enter_context(real_mask_checks(batch))
         stack.enter_context(numpy_reads(recorder.read_into_numpy))
+        stack.enter_context(foreach_for_fake_tensors())
         if target_type == "cuda":
             stack.enter_context(_CudaKernels(recorder, proxy=proxy_for_cuda))
             stack.enter_context(flex_attention_recorded(recorder))

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from ptp_callback import ClippedGradients, PrecisionTimeCallback, predict_step
+from ptp_callback import ClippedGradients, ManualOptimization, PrecisionTimeCallback, predict_step
 from ptp_callback.precision import as_precision
 from ptp_callback.trace_cache import trace_key
 from ptp_callback.tracer import trace_step
@@ -45,6 +45,35 @@ def test_clipping_by_value_clamps_each_gradient_and_no_clipping_adds_nothing():
     assert {"_foreach_clamp_min_", "_foreach_clamp_max_"} <= set(by_value) and "_foreach_norm" not in by_value
     plain = optimizer_ops(net, torch.optim.AdamW(net.parameters()))
     assert not {"_foreach_norm", "_foreach_clamp_min_", "_foreach_clamp_max_"} & set(plain)
+
+
+def deep() -> torch.nn.Module:
+    return torch.nn.Sequential(*[torch.nn.Linear(32, 32) for _ in range(10)])  # 20 gradients
+
+
+def clip_kernels(trace) -> dict[str, int]:
+    names = [op.name.split(".")[1] for op in trace.ops if op.phase != "backward"]  # a step's own: in its code
+    return {name: names.count(name) for name in ("_foreach_norm", "linalg_vector_norm", "_foreach_mul_", "mul_")}
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+def test_clipping_is_traced_with_the_multi_tensor_kernels_a_real_step_runs(target):
+    net = deep()
+    batch = torch.randn(4, 32)
+    clipped = trace_step(net, batch, optimizer=ClippedGradients(torch.optim.SGD(net.parameters(), lr=0.1), 1.0),
+                         target_type=target)
+    # one norm over all 20 gradients and one scaling of them, not two kernels per gradient
+    assert clip_kernels(clipped) == {"_foreach_norm": 1, "linalg_vector_norm": 1, "_foreach_mul_": 1, "mul_": 0}
+
+    def own_clipping(model, batch, step):  # a step that clips its gradients itself
+        step.backward(model(batch).sum())
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        step.optimizers[0].step()
+        step.optimizers[0].zero_grad()
+
+    manual = trace_step(net, batch, own_clipping, ManualOptimization(torch.optim.SGD(net.parameters(), lr=0.1)),
+                        target_type=target)
+    assert clip_kernels(manual)["_foreach_norm"] == 1 and clip_kernels(manual)["linalg_vector_norm"] == 1
 
 
 def test_a_clipped_step_is_predicted_longer_by_passes_over_the_gradients():

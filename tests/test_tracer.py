@@ -1003,3 +1003,20 @@ def test_a_compiled_submodule_traces_as_its_module_without_warning_of_the_traces
     before = list(warnings.filters)
     trace_step(model, mlp_batch(), ce_step, precision="bf16-mixed")
     assert warnings.filters == before
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+def test_an_optimizer_with_a_tensor_learning_rate_traces_as_its_factory_would(target):
+    model = nn.Linear(16, 8)
+    batch = (torch.randn(4, 16), torch.randn(4, 8))
+
+    def step(m, b):
+        return F.mse_loss(m(b[0]), b[1])
+
+    # lr=torch.tensor(...): the copy's constructor checks 0 <= lr, which a fake tensor without its value cannot
+    instance = trace_step(model, batch, step, torch.optim.Adam(model.parameters(), lr=torch.tensor(1e-3),
+                                                              foreach=False), target_type=target)
+    factory = trace_step(model, batch, step, lambda p: torch.optim.Adam(p, lr=torch.tensor(1e-3), foreach=False),
+                         target_type=target)
+    assert [op.name for op in instance.ops if op.phase == "optimizer"] == \
+        [op.name for op in factory.ops if op.phase == "optimizer"]
