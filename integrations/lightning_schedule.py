@@ -123,9 +123,7 @@ def read_schedule(trainer: "pl.Trainer", *, start: FitStart | None = None) -> Fi
     vcb = _val_check_batch(trainer) if enable_val else None
 
     # --- limits ---------------------------------------------------------------------------------------
-    max_epochs = trainer.max_epochs
-    max_epochs = None if max_epochs is None or max_epochs == -1 else max_epochs + _epochs_to_be_added(trainer)
-    max_steps = None if trainer.max_steps == -1 else trainer.max_steps
+    max_epochs, max_steps = _limits(trainer)
     step_on_end = not trainer.strategy.handles_gradient_accumulation
 
     # --- resume ------------------------------------------------------------------------------------------
@@ -146,8 +144,6 @@ def read_schedule(trainer: "pl.Trainer", *, start: FitStart | None = None) -> Fi
         )
         start = replace(start, step=start.step // per_batch)
     acc = _accumulation(trainer, start.epoch)
-    if per_batch > 1:  # the schedule counts batches: one manual step steps every optimizer
-        max_steps = None if max_steps is None else -(-max_steps // per_batch)
 
     sanity = 0
     if enable_val and trainer.num_sanity_val_steps > 0 and not running and not restarting:
@@ -267,14 +263,16 @@ def rest_of_fit(trainer: "pl.Trainer", position: int) -> tuple[FitSchedule, tupl
 
 def follow_epoch_start(trainer: "pl.Trainer", forecaster: RunForecaster, clock: Callable[[], float]) -> None:
     """At ``on_train_epoch_start`` after the first: where ``reload_dataloaders_every_n_epochs`` gave
-    the train loader a new length, or a ``GradientAccumulationScheduler`` another accumulation, the
-    forecaster goes on with the rest of the fit laid out on them (its reading counted as the
-    callback's own work)."""
+    the train loader a new length, a ``GradientAccumulationScheduler`` another accumulation, or a
+    callback other limits (``fit_loop.max_epochs``, ``max_steps``), the forecaster goes on with the
+    rest of the fit laid out on them (its reading counted as the callback's own work)."""
+    schedule = forecaster.schedule
     length = trainer.num_training_batches
     reloaded = trainer.reload_dataloaders_every_n_epochs and length != float("inf") and \
-        length != forecaster.schedule.batches_per_epoch
+        length != schedule.batches_per_epoch
     if forecaster.position == forecaster.first_batch or not reloaded and \
-            _accumulation(trainer, trainer.current_epoch) == forecaster.schedule.accumulate:
+            _accumulation(trainer, trainer.current_epoch) == schedule.accumulate and \
+            _limits(trainer) == (schedule.max_epochs, schedule.max_steps):
         return
     started = clock()
     try:
@@ -317,6 +315,19 @@ def _timer(trainer: "pl.Trainer") -> Timer | None:
     """The ``Timer`` that limits the fit: ``Trainer(max_time=...)`` adds one
     (callback_connector._configure_timer_callback); a user's own takes its place."""
     return next((cb for cb in trainer.callbacks if isinstance(cb, Timer) and cb._duration is not None), None)
+
+
+def _limits(trainer: "pl.Trainer") -> tuple[int | None, int | None]:
+    """``(max_epochs, max_steps)`` as the schedule counts them: ``None`` for no limit, with the epoch
+    a callback will add, and steps in batches where a batch steps several optimizers (one manual
+    step steps every optimizer)."""
+    max_epochs = trainer.max_epochs
+    max_epochs = None if max_epochs is None or max_epochs == -1 else max_epochs + _epochs_to_be_added(trainer)
+    max_steps = None if trainer.max_steps == -1 else trainer.max_steps
+    per_batch = optimizer_steps_per_batch(trainer)
+    if per_batch > 1 and max_steps is not None:
+        max_steps = -(-max_steps // per_batch)
+    return max_epochs, max_steps
 
 
 def _accumulation(trainer: "pl.Trainer", epoch: int) -> int:

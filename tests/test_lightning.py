@@ -679,6 +679,20 @@ def test_a_checkpoint_after_each_time_based_validation_is_counted_with_the_runs(
     assert callback.forecaster.schedule.val_every_s == 10.0 and callback.forecaster.saves_per_val_run == 2
 
 
+def test_limits_a_callback_raises_during_the_fit_are_followed_from_the_next_epoch():
+    class MoreEpochs(L.Callback):
+        def on_train_epoch_end(self, trainer, pl_module):
+            if trainer.current_epoch == 0:
+                trainer.fit_loop.max_epochs = 4
+
+    callback = PrecisionTimeCallback(advise=False)
+    fit = trainer([MoreEpochs(), callback], enable_progress_bar=False, max_epochs=2, limit_train_batches=8)
+    fit.fit(Tiny(), *loaders())
+    forecaster = callback.forecaster
+    assert forecaster.position == 4 * 8 and forecaster.schedule.total_batches == 4 * 8
+    assert forecaster.parts(callback.clock())["train"].left_s == 0.0
+
+
 def test_a_validation_after_the_fit_is_not_counted_in_it():
     callback = PrecisionTimeCallback(advise=False)
     fit = trainer([callback], enable_progress_bar=False, max_epochs=1)
