@@ -85,10 +85,17 @@ def traced_step(trainer: Trainer, module: LightningModule) -> tuple[Callable[...
 
 
 class _NoSchedule:
-    """A learning-rate scheduler stand-in: a traced step must not move the real schedule."""
+    """A learning-rate scheduler stand-in: a traced step must not move the real schedule, and may
+    read it (``get_last_lr()`` for a log line)."""
+
+    def __init__(self, scheduler: Any) -> None:
+        self._scheduler = scheduler
 
     def step(self, *args: Any, **kwargs: Any) -> None:
         pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._scheduler, name)
 
 
 def manual_training_step(module: LightningModule, batch: Any, step: ManualStep) -> Any:
@@ -96,7 +103,7 @@ def manual_training_step(module: LightningModule, batch: Any, step: ManualStep) 
     returns the recorded copies, ``self.manual_backward`` records a backward, and the real
     optimizers, schedulers and ``requires_grad`` flags are never touched."""
     optimizers = [_Toggleable(o) for o in step.optimizers]
-    schedulers = [_NoSchedule() for _ in module.trainer.lr_scheduler_configs]
+    schedulers = [_NoSchedule(config.scheduler) for config in module.trainer.lr_scheduler_configs]
     with _stood_in(module,
                    optimizers=lambda use_pl_optimizer=True: optimizers[0] if len(optimizers) == 1 else optimizers,
                    lr_schedulers=lambda: (schedulers[0] if len(schedulers) == 1 else schedulers) if schedulers else None,

@@ -25,17 +25,27 @@ from .run_plan import LoaderFacts
 
 
 def first_loader(loaders: Any) -> Any:
-    """The first DataLoader of a loader, a list or dict of them, or a combined loader."""
+    """The first DataLoader of a loader, a list or dict of them, or a combined loader, that is not
+    empty (Lightning skips an empty one); ``None`` when there is none."""
     if loaders is None:
         return None
     flattened = getattr(loaders, "flattened", None)
     if flattened:
-        return flattened[0]
-    if isinstance(loaders, (list, tuple)):
-        return loaders[0] if loaders else None
-    if isinstance(loaders, dict):
-        return next(iter(loaders.values()), None)
-    return loaders
+        candidates = list(flattened)
+    elif isinstance(loaders, (list, tuple)):
+        candidates = list(loaders)
+    elif isinstance(loaders, dict):
+        candidates = list(loaders.values())
+    else:
+        candidates = [loaders]
+    return next((loader for loader in candidates if not _empty(loader)), None)
+
+
+def _empty(loader: Any) -> bool:
+    try:
+        return len(loader) == 0
+    except TypeError:  # an iterable without len(): not known to be empty
+        return False
 
 
 # A first build that took longer than this is not repeated: the time is the user's fit's.

@@ -431,6 +431,7 @@ class TwoOptimizers(Tiny):
             opt_net.zero_grad()
             self.manual_backward(loss)
             opt_net.step()
+        self.log("lr", self.lr_schedulers().get_last_lr()[0])  # the traced step reads the real schedule
         self.lr_schedulers().step()
         self.log("loss", loss)
 
@@ -691,6 +692,17 @@ def test_limits_a_callback_raises_during_the_fit_are_followed_from_the_next_epoc
     forecaster = callback.forecaster
     assert forecaster.position == 4 * 8 and forecaster.schedule.total_batches == 4 * 8
     assert forecaster.parts(callback.clock())["train"].left_s == 0.0
+
+
+def test_an_empty_validation_loader_is_skipped_as_lightning_skips_it():
+    train, _ = loaders()
+    empty = DataLoader(TensorDataset(torch.randn(0, 16), torch.randint(0, 4, (0,))), batch_size=8)
+    callback = PrecisionTimeCallback(advise=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer([callback], enable_progress_bar=False, max_epochs=1).fit(Tiny(), train, empty)
+    assert not [w for w in caught if issubclass(w.category, PtpWarning)]  # was: StopIteration, no prediction
+    assert callback.prediction is not None and callback.forecaster.schedule.val_after_batches == ()
 
 
 def test_a_validation_after_the_fit_is_not_counted_in_it():
