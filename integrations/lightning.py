@@ -97,6 +97,11 @@ class PrecisionTimeCallback(RunReadouts, Callback):
         self._predict_at_train_start = False
         self._checkpoint: Any = None
 
+    @property
+    def state_key(self) -> str:
+        # two callbacks predicting for different GPUs may share a trainer: each keeps its own state
+        return super().state_key if self.device is None else self._generate_state_key(device=str(self.device))
+
     def __getstate__(self) -> dict[str, Any]:
         """What a copy gets: ``strategy="ddp_spawn"`` pickles the trainer with its callbacks into each
         process it starts. The settings and a resumed fit's state go; a fit in progress (its

@@ -251,10 +251,11 @@ def predict_fit(trainer: Trainer, module: LightningModule, spec: PrecisionSpec |
 
 def plan_notes(trainer: Trainer, module: LightningModule, device: DeviceSpec | None = None) -> str:
     """What may make the fit differ from its plan, which runs to the trainer's limits: an early stop,
-    ``torch.compile``'s compilation, the processes' communication on a CPU, which is not predicted
-    (appended to the plan's line, each after ``"; "``)."""
+    ``torch.compile``'s compilation, anomaly detection's checks, the processes' communication on a
+    CPU, which are not predicted (appended to the plan's line, each after ``"; "``)."""
     notes = "; EarlyStopping may end it sooner" if trainer.early_stopping_callbacks else ""
     notes += "; torch.compile's compilation is not in it" if compiled(module) else ""
+    notes += "; detect_anomaly's checks are not in it" if getattr(trainer, "_detect_anomaly", False) else ""
     return notes + (communication_note(trainer.world_size, device.arch) if device is not None else "")
 
 

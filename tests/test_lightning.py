@@ -705,6 +705,17 @@ def test_an_empty_validation_loader_is_skipped_as_lightning_skips_it():
     assert callback.prediction is not None and callback.forecaster.schedule.val_after_batches == ()
 
 
+def test_two_callbacks_predicting_for_two_gpus_share_a_trainer_and_anomaly_checks_are_noted():
+    from ptp_callback.integrations.lightning_module import plan_notes
+
+    h100, a100 = PrecisionTimeCallback("h100-sxm", advise=False), PrecisionTimeCallback("a100-sxm-80gb", advise=False)
+    fit = trainer([h100, a100], enable_progress_bar=False, max_epochs=1, limit_train_batches=4, detect_anomaly=True)
+    model = Tiny()
+    fit.fit(model, *loaders())  # each keeps its own state in a checkpoint: two state keys
+    assert h100.prediction.device.key == "h100-sxm" and a100.prediction.device.key == "a100-sxm-80gb"
+    assert "; detect_anomaly's checks are not in it" in plan_notes(fit, model)
+
+
 def test_a_validation_after_the_fit_is_not_counted_in_it():
     callback = PrecisionTimeCallback(advise=False)
     fit = trainer([callback], enable_progress_bar=False, max_epochs=1)
