@@ -39,8 +39,7 @@ from ptp_callback.run_readouts import RunReadouts
 
 from .lightning_module import (add_bar_metric, advise_precision, log_eta_metrics, logs_now, plan_notes,
                                precision_spec, predict_fit, time_op_classes)
-from .lightning_schedule import (announce_weights_only_saves, follow_epoch_start, read_checkpoints, read_schedule,
-                                 time_limit_at_epoch_ends, time_limit_cycle, time_limit_used, with_epoch_length)
+from .lightning_schedule import announce_weights_only_saves, fit_forecaster, follow_epoch_start, time_limit_used
 
 log = logging.getLogger("lightning.pytorch.ptp_callback")  # printed and configured like Lightning's own lines
 
@@ -118,13 +117,8 @@ class PrecisionTimeCallback(RunReadouts, Callback):
             return
         started = self.clock()
         with self._warnings.guard("reading the fit's schedule"):
-            schedule = read_schedule(trainer)  # every rank: it may run collectives (and starts the loader)
-            saves, every_s, self._checkpoint, per_val_run = read_checkpoints(trainer, schedule)
-            self.forecaster = RunForecaster(schedule, saves=saves, save_every_s=every_s, saves_per_val_run=per_val_run,
-                                            warmup_batches=self.warmup_batches,
-                                            relayout=lambda n: with_epoch_length(trainer, schedule, n),
-                                            cycle=time_limit_cycle(trainer, schedule),
-                                            time_limit_at_epoch_ends=time_limit_at_epoch_ends(trainer))
+            # every rank: reading the schedule may run collectives (and starts the loader)
+            self.forecaster, self._checkpoint = fit_forecaster(trainer, self.warmup_batches)
             self.forecaster.fit_start(started, limit_used_s=time_limit_used(trainer))
             if self._restored is not None:
                 self.forecaster.load_state_dict(self._restored)

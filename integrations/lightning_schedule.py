@@ -67,7 +67,7 @@ from ptp_callback.forecast import RunForecaster
 from ptp_callback.run_prediction import CheckpointFacts
 from ptp_callback.schedule import EPOCH_END, FitSchedule, FitStart, build_schedule
 
-__all__ = ["announce_weights_only_saves", "read_checkpoints", "read_schedule", "rest_of_fit",
+__all__ = ["announce_weights_only_saves", "fit_forecaster", "read_checkpoints", "read_schedule", "rest_of_fit",
            "time_limit_at_epoch_ends", "time_limit_cycle", "time_limit_used", "with_epoch_length"]
 
 
@@ -166,6 +166,19 @@ def read_schedule(trainer: "pl.Trainer", *, start: FitStart | None = None) -> Fi
 
 
 # ---------------------------------------------------------------------------------------------------
+
+
+def fit_forecaster(trainer: "pl.Trainer", warmup_batches: int) -> tuple[RunForecaster, CheckpointFacts | None]:
+    """The forecaster of the fit that is starting, on its schedule and saves (:func:`read_schedule`,
+    :func:`read_checkpoints`: call on every rank), and what its checkpoints need for their plan."""
+    schedule = read_schedule(trainer)
+    saves, every_s, checkpoint, per_val_run = read_checkpoints(trainer, schedule)
+    forecaster = RunForecaster(schedule, saves=saves, save_every_s=every_s, saves_per_val_run=per_val_run,
+                               warmup_batches=warmup_batches,
+                               relayout=lambda n: with_epoch_length(trainer, schedule, n),
+                               cycle=time_limit_cycle(trainer, schedule),
+                               time_limit_at_epoch_ends=time_limit_at_epoch_ends(trainer))
+    return forecaster, checkpoint
 
 
 def optimizer_steps_per_batch(trainer: "pl.Trainer") -> int:
