@@ -141,10 +141,11 @@ def trace_key(
 
 
 def _switches(model: torch.nn.Module) -> str:
-    """The on/off attributes of the model's modules (``training`` aside: the trace sets it), and
-    how each checkpoints: what a ``forward`` branches on without it showing in ``repr`` --
+    """The on/off attributes of the model's modules (``training`` aside: the trace sets it), how
+    each checkpoints, and the hooks on it: what a ``forward`` runs without it showing in ``repr`` --
     Hugging Face's ``gradient_checkpointing`` (its layers then run their forward again in the
-    backward), timm's ``grad_checkpointing``, a ``use_cache`` or ``fused`` flag."""
+    backward), timm's ``grad_checkpointing``, a ``use_cache`` or ``fused`` flag, NEFTune's noise on
+    the embeddings' output."""
     parts = []
     for name, module in model.named_modules():
         state = vars(module)
@@ -152,9 +153,23 @@ def _switches(model: torch.nn.Module) -> str:
         checkpointing = state.get("_gradient_checkpointing_func")
         if isinstance(checkpointing, functools.partial):  # its use_reentrant (the function's repr has an address)
             flags.append(f"checkpoint{sorted(checkpointing.keywords.items())}")
+        flags.extend(_hooks(state))
         if flags:
             parts.append(f"{name}:{','.join(flags)}")
     return "|".join(parts)
+
+
+def _hooks(state: dict[str, Any]) -> list[str]:
+    """The module's forward and backward hooks, by their functions' names (an address would differ
+    from process to process)."""
+    names = []
+    for kind in ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks"):
+        for hook in (state.get(kind) or {}).values():
+            function = hook.func if isinstance(hook, functools.partial) else hook
+            function = getattr(function, "__func__", function)  # a bound method: its function
+            qualified = getattr(function, "__qualname__", type(function).__qualname__)
+            names.append(f"{kind.strip('_')}={getattr(function, '__module__', '')}.{qualified}")
+    return names
 
 
 def cached_trace_step(

@@ -89,11 +89,27 @@ def test_the_key_sees_a_modules_switches_such_as_gradient_checkpointing():
         gpt.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
         keys.append(trace_key(gpt, tokens, None, None, SPEC, target_type="cuda", train=True))
     gpt.gradient_checkpointing_disable()
-    assert len(set(keys)) == 3
-    assert trace_key(gpt, tokens, None, None, SPEC, target_type="cuda", train=True) == keys[0]
+    # disabling it leaves the hook it put on the embeddings (their output requires grad)
+    keys.append(trace_key(gpt, tokens, None, None, SPEC, target_type="cuda", train=True))
+    assert len(set(keys)) == 4
     # The training flag is the trace's own to set: a model left in eval mode is the same step.
     gpt.eval()
-    assert trace_key(gpt, tokens, None, None, SPEC, target_type="cuda", train=True) == keys[0]
+    assert trace_key(gpt, tokens, None, None, SPEC, target_type="cuda", train=True) == keys[-1]
+
+
+def noise(module, inputs, output):
+    return output + torch.rand_like(output)
+
+
+def test_the_key_sees_the_hooks_on_a_models_modules():
+    # NEFTune (the HF Trainer's neftune_noise_alpha) adds noise to the embeddings' output by a hook
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2))
+    batch = torch.randn(4, 8)
+    plain = trace_key(model, batch, None, None, SPEC, target_type="cuda", train=True)
+    handle = model[0].register_forward_hook(noise)
+    hooked = trace_key(model, batch, None, None, SPEC, target_type="cuda", train=True)
+    handle.remove()
+    assert hooked != plain and trace_key(model, batch, None, None, SPEC, target_type="cuda", train=True) == plain
 
 
 def test_the_key_sees_the_shapes_inside_a_tokenizers_batch_and_whether_its_mask_pads():
