@@ -95,6 +95,8 @@ class _NoSchedule:
         pass
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "_scheduler":  # copy and pickle look before __init__ has run
+            raise AttributeError(name)
         return getattr(self._scheduler, name)
 
 

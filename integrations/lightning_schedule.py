@@ -283,9 +283,9 @@ def follow_epoch_start(trainer: "pl.Trainer", forecaster: RunForecaster, clock: 
     length = trainer.num_training_batches
     reloaded = trainer.reload_dataloaders_every_n_epochs and length != float("inf") and \
         length != schedule.batches_per_epoch
+    accumulation = _scheduled_accumulation(trainer, trainer.current_epoch)
     if forecaster.position == forecaster.first_batch or not reloaded and \
-            _accumulation(trainer, trainer.current_epoch) == schedule.accumulate and \
-            _limits(trainer) == (schedule.max_epochs, schedule.max_steps):
+            accumulation in (None, schedule.accumulate) and _limits(trainer) == (schedule.max_epochs, schedule.max_steps):
         return
     started = clock()
     try:
@@ -346,8 +346,15 @@ def _limits(trainer: "pl.Trainer") -> tuple[int | None, int | None]:
 def _accumulation(trainer: "pl.Trainer", epoch: int) -> int:
     """Batches per optimizer step in ``epoch``: what a ``GradientAccumulationScheduler`` sets at that
     epoch's start (this callback's hooks may run before its), else the trainer's setting."""
+    scheduled = _scheduled_accumulation(trainer, epoch)
+    return scheduled if scheduled is not None else trainer.accumulate_grad_batches
+
+
+def _scheduled_accumulation(trainer: "pl.Trainer", epoch: int) -> int | None:
+    """What a ``GradientAccumulationScheduler`` sets for ``epoch`` (``None`` without one: the
+    trainer's setting, which SWA's batch-norm epoch also changes, for one pass without steps)."""
     scheduler = next((cb for cb in trainer.callbacks if isinstance(cb, GradientAccumulationScheduler)), None)
-    return scheduler.get_accumulate_grad_batches(epoch) if scheduler is not None else trainer.accumulate_grad_batches
+    return scheduler.get_accumulate_grad_batches(epoch) if scheduler is not None else None
 
 
 def _epochs_to_be_added(trainer: "pl.Trainer") -> int:

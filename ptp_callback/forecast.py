@@ -723,13 +723,14 @@ class RunForecaster:
             left["val"] += runs * self._unit("val")[0]
             left["save"] += runs * self.saves_per_val_run * (self._unit("save")[0] or 0.0)
         if self.save_every_s and counts["train"]:
-            saves = self._time_saves_left(left, counts["train"], train_unit, now)
+            saves = self._time_saves_left(left, counts, train_unit, now)
             left["save"] += saves * (self._unit("save")[0] or 0.0)
         if s.max_time_s is not None:
             self._cap_by_max_time(left, now, counts, next_left)
         return left
 
-    def _time_saves_left(self, left: dict[str, float], batches: float, batch_s: float, now: float) -> int:
+    def _time_saves_left(self, left: dict[str, float], counts: dict[str, float | None], batch_s: float,
+                         now: float) -> int:
         """Saves ``ModelCheckpoint(train_time_interval=...)`` will make: it checks at each training
         batch's end whether that much wall time has passed since training started or its last save
         began, so the save itself and the validation runs and epoch ends between count too, and
@@ -737,13 +738,16 @@ class RunForecaster:
         every = self.save_every_s
         assert every is not None
         save_s = self._unit("save")[0] or 0.0
-        work = sum(left[kind] for kind in ("train", "warmup", "val", "epoch"))
+        period = every if batch_s <= 0 else max(1, math.ceil((every - save_s) / batch_s)) * batch_s
+        # a validation run or an epoch's end longer than an interval still leads to one save only
+        # (a run at an epoch's end and the next epoch's start are one break between batches)
+        breaks = max(counts.get("val") or 0, counts.get("epoch") or 0)
+        work = left["train"] + left["warmup"] + min(left["val"] + left["epoch"], breaks * period)
         since = [t for t in (self.train_t0, self._last_save_t) if t is not None]
         first = max(0.0, every - (now - max(since) if since else 0.0))  # work before the next save
         if work < first:
             return 0
-        period = every if batch_s <= 0 else max(1, math.ceil((every - save_s) / batch_s)) * batch_s
-        return min(int(batches), 1 + math.floor((work - first) / period))
+        return min(int(counts["train"] or 0), 1 + math.floor((work - first) / period))
 
     def _validates_at_a_stop(self, position: int | None = None) -> bool:
         """Whether a stop after the batch that brings the fit to ``position`` (now: the current
@@ -949,9 +953,12 @@ class RunForecaster:
         s = self.schedule
         if s.max_time_s is None:
             return False
-        if self._time_stop_at is not None or self._train_end_t is None:
+        if self._time_stop_at is not None:
             return True
-        left = self._time_limit_left_s(self._train_end_t)
+        end = self._train_end_t if self._train_end_t is not None else self._t  # an exception skips train_end
+        if end is None:
+            return True
+        left = self._time_limit_left_s(end)
         return left is not None and left <= 0.02 * s.max_time_s + 0.5
 
     # --------------------------------------------------------------------------- resume

@@ -44,7 +44,7 @@ def first_loader(loaders: Any) -> Any:
 def _empty(loader: Any) -> bool:
     try:
         return len(loader) == 0
-    except TypeError:  # an iterable without len(): not known to be empty
+    except Exception:  # noqa: BLE001 - no len() (TypeError, an IterableDataset's NotImplementedError): not known empty
         return False
 
 

@@ -697,7 +697,9 @@ def _copy_optimizer(
             raise TypeError("the optimizer holds none of the model's parameters; pass the optimizer of this model")
     if cuda_defaults:
         for group in groups:
-            if "foreach" in group and group.get("foreach") is None and not group.get("fused"):
+            # torch turns foreach off itself for a tensor learning rate without capturable=True
+            tensor_lr = isinstance(group.get("lr"), torch.Tensor) and not group.get("capturable")
+            if "foreach" in group and group.get("foreach") is None and not group.get("fused") and not tensor_lr:
                 group["foreach"] = True
                 if "foreach=True (CUDA default)" not in notes:
                     notes.append("optimizer: foreach=True (CUDA default)")

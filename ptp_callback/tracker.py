@@ -561,7 +561,7 @@ class RunTracker(RunReadouts):
         if unit == "step" and per_epoch is not None:
             per_epoch, accumulate = math.ceil(per_epoch / accumulate), 1
         position, epoch, in_epoch = int(state["position"]), int(state["epochs_done"]), int(state["batch_in_epoch"])
-        if unit == "step" and per_epoch is not None:
+        if unit == "step" and per_epoch:
             epoch, in_epoch = divmod(position, per_epoch)  # step() sees no epochs: where the steps done lead
         elif per_epoch is not None and in_epoch >= per_epoch:
             epoch, in_epoch = epoch + 1, 0

@@ -141,8 +141,9 @@ def test_max_time_alone_gives_an_eta():
     assert resumed.remaining_s(11.0) == pytest.approx(30.0 + 0.5 + 2.0, abs=0.1)
 
 
-@pytest.mark.parametrize("batches, stopped", [(10, (10, 50)), (20, None)], ids=["early stop", "time ran out"])
-def test_a_fit_with_max_time_that_stops_long_before_it_is_reported_as_stopped_early(batches, stopped):
+@pytest.mark.parametrize("batches, stopped, raised", [(10, (10, 50), False), (20, None, False), (10, (10, 50), True)],
+                         ids=["early stop", "time ran out", "an exception"])
+def test_a_fit_with_max_time_that_stops_long_before_it_is_reported_as_stopped_early(batches, stopped, raised):
     schedule = build_schedule(batches_per_epoch=10, max_epochs=5, max_steps=None, val_check_batch=None,
                               check_val_every_n_epoch=1, val_batches_per_run=0, max_time_s=20.0)
     forecaster = RunForecaster(schedule, RunPlan(train_batch_s=1.0))
@@ -153,7 +154,8 @@ def test_a_fit_with_max_time_that_stops_long_before_it_is_reported_as_stopped_ea
             forecaster.epoch_start(float(t))
         forecaster.batch_start(float(t))
         forecaster.batch_end(t + 1.0)
-    forecaster.train_end(batches + 0.1)
+    if not raised:  # Lightning's exception path skips on_train_end
+        forecaster.train_end(batches + 0.1)
     forecaster.fit_end(batches + 0.2)
     # EarlyStopping (or an exception) 10 s into a 20 s limit: what ran is set beside its prediction;
     # a fit that ran to its limit ended as planned
@@ -342,6 +344,12 @@ def test_time_based_saves_are_counted_from_their_interval():
     slow = RunForecaster(schedule, RunPlan(train_batch_s=1.0, save_s=2.0), save_every_s=3.0)
     slow.fit_start(0.0)
     assert slow.remaining_s(0.0) == pytest.approx(10.0 + 8 * 2.0)
+    # checked at batch ends only: a 60 s validation run leads to one save, not 20
+    long_val = schedule_of(max_epochs=2, val_batches_per_run=1, sanity_batches=0)
+    validating = RunForecaster(long_val, RunPlan(train_batch_s=1.0, val_batch_s=60.0, save_s=0.5), save_every_s=3.0)
+    validating.fit_start(0.0)
+    saves_s = validating.parts(0.0)["save"].left_s
+    assert saves_s <= (20 // 3 + 2) * 0.5  # 6 intervals of training, and one after each run
 
 
 def test_an_unbounded_fit_has_no_eta():

@@ -641,14 +641,16 @@ class WithBatchNorm(Tiny):
         self.net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.BatchNorm1d(32), torch.nn.Linear(32, 4))
 
 
-def test_the_epoch_that_weight_averaging_adds_for_batch_norms_is_in_the_schedule():
+@pytest.mark.parametrize("swa_first", [False, True])
+def test_the_epoch_that_weight_averaging_adds_for_batch_norms_is_in_the_schedule(swa_first):
     from lightning.pytorch.callbacks import StochasticWeightAveraging
 
     callback = PrecisionTimeCallback(advise=False)
-    # listed before SWA, whose on_fit_start adds the epoch after this callback's has read the schedule
+    # listed before SWA, whose on_fit_start adds the epoch after this callback's has read the schedule;
+    # after it, this callback's epoch start follows SWA's, which sets that epoch's accumulation
     swa = StochasticWeightAveraging(swa_lrs=1e-2, swa_epoch_start=1)
-    fit = trainer([callback, swa], enable_progress_bar=False, max_epochs=2, limit_train_batches=8,
-                  val_check_interval=1.0)
+    fit = trainer([swa, callback] if swa_first else [callback, swa], enable_progress_bar=False, max_epochs=2,
+                  limit_train_batches=8, val_check_interval=1.0)
     fit.fit(WithBatchNorm(), *loaders())
     assert fit.current_epoch == 3 and callback.forecaster.schedule.total_batches == 3 * 8
     assert callback.forecaster.position == 3 * 8 and not callback.forecaster.stopped_early

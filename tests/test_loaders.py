@@ -111,3 +111,22 @@ def test_first_loader_of_collections():
     a, b = DataLoader([1]), DataLoader([2])
     assert first_loader([a, b]) is a and first_loader({"x": b}) is b and first_loader(a) is a
     assert first_loader(None) is None
+
+
+class NoLength(IterableDataset):
+    """An iterable whose length is unknown: its loader's len() raises NotImplementedError."""
+
+    def __len__(self):
+        raise NotImplementedError
+
+    def __iter__(self):
+        return iter(torch.randn(8, 2))
+
+
+def test_the_first_loader_is_the_first_not_known_to_be_empty():
+    empty = DataLoader(TensorDataset(torch.randn(0, 2)), batch_size=4)
+    full = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4)
+    unsized = DataLoader(NoLength(), batch_size=4)
+    assert first_loader([empty, full]) is full and first_loader({"a": empty, "b": full}) is full
+    assert first_loader([unsized, full]) is unsized  # no length: not known to be empty
+    assert first_loader(empty) is None and first_loader(None) is None

@@ -1020,3 +1020,7 @@ def test_an_optimizer_with_a_tensor_learning_rate_traces_as_its_factory_would(ta
                          target_type=target)
     assert [op.name for op in instance.ops if op.phase == "optimizer"] == \
         [op.name for op in factory.ops if op.phase == "optimizer"]
+    # foreach left to torch: it runs a tensor learning rate without foreach (not capturable), on a GPU too
+    default = trace_step(model, batch, step, torch.optim.Adam(model.parameters(), lr=torch.tensor(1e-3)),
+                         target_type=target)
+    assert not any(op.name.startswith("aten._foreach") for op in default.ops if op.phase == "optimizer")

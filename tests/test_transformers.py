@@ -90,8 +90,9 @@ def test_a_trainers_own_compute_loss_is_the_step_traced(tmp_path):
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             target = inputs.pop("target")
             first, second = model(**inputs), model(**inputs)
-            loss = F.cross_entropy(first.logits.flatten(0, 1), target.flatten()) + \
-                (first.logits - second.logits).pow(2).mean()
+            gap = (first.logits - second.logits).pow(2).mean()
+            self.log({"gap": gap.item()})  # the trace's stand-in value must not reach the run's logs
+            loss = F.cross_entropy(first.logits.flatten(0, 1), target.flatten()) + gap
             return (loss, first) if return_outputs else loss
 
     config = GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=128, n_positions=16)
@@ -105,6 +106,7 @@ def test_a_trainers_own_compute_loss_is_the_step_traced(tmp_path):
     assert not [w for w in caught if issubclass(w.category, PtpWarning)]  # model(**batch) alone fails on "target"
     ops = callback.tracker.prediction.trace.ops
     assert sum(op.name == "aten.embedding.default" and op.phase == "forward" for op in ops) == 4  # wte, wpe twice
+    assert sum("gap" in row for row in trainer.state.log_history) == 2  # the two real steps'
 
 
 def test_a_peft_models_saves_are_priced_as_its_adapters_and_their_optimizer_state(tmp_path):
