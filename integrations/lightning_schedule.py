@@ -284,8 +284,9 @@ def follow_epoch_start(trainer: "pl.Trainer", forecaster: RunForecaster, clock: 
     reloaded = trainer.reload_dataloaders_every_n_epochs and length != float("inf") and \
         length != schedule.batches_per_epoch
     accumulation = _scheduled_accumulation(trainer, trainer.current_epoch)
+    limits = (schedule.max_epochs, schedule.max_steps)
     if forecaster.position == forecaster.first_batch or not reloaded and \
-            accumulation in (None, schedule.accumulate) and _limits(trainer) == (schedule.max_epochs, schedule.max_steps):
+            accumulation in (None, schedule.accumulate) and _limits(trainer) == limits:
         return
     started = clock()
     try:
