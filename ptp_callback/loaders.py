@@ -55,8 +55,8 @@ REPEAT_BELOW_S = 0.5
 def example_batch(loader: Any, transform: Callable[[Any], Any] | None = None) -> tuple[Any, float]:
     """One batch shaped like the loader's, and the seconds it took to build (its items and collate).
 
-    A map-style dataset with a batch size gives its first items collated directly (and the next
-    ones, timed, where that was quick: see the module doc); anything else
+    A map-style dataset with a batch size gives items spread over it collated directly (and the
+    next ones, timed, where that was quick: see the module doc); anything else
     (an iterable dataset, a batch sampler) is read from a fresh iterator, in this process (no
     workers started: :func:`_built_here`); a one-shot iterator (a
     generator) is never read: that batch would be missing from the loop. ``transform`` applies the
@@ -67,11 +67,11 @@ def example_batch(loader: Any, transform: Callable[[Any], Any] | None = None) ->
         dataset = getattr(loader, "dataset", None)
         batch_size = getattr(loader, "batch_size", None)
         if batch_size and hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__") and len(dataset):
-            batch = loader.collate_fn([dataset[i] for i in range(min(batch_size, len(dataset)))])
+            batch = loader.collate_fn([dataset[i] for i in _spread(len(dataset), batch_size, 0)])
             seconds = time.perf_counter() - started
             if seconds < REPEAT_BELOW_S and len(dataset) >= 2 * batch_size:
                 started = time.perf_counter()
-                loader.collate_fn([dataset[i] for i in range(batch_size, 2 * batch_size)])
+                loader.collate_fn([dataset[i] for i in _spread(len(dataset), batch_size, 1)])
                 seconds = min(seconds, time.perf_counter() - started)
         elif isinstance(loader, Iterator):  # not `iter(loader) is loader`: that starts a DataLoader's workers
             raise ValueError(f"the loader is a one-shot iterator ({type(loader).__name__}): a batch read from it "
@@ -83,6 +83,16 @@ def example_batch(loader: Any, transform: Callable[[Any], Any] | None = None) ->
             with contextlib.suppress(Exception):  # user hooks written for the loop's state
                 batch = transform(batch)
     return batch, seconds
+
+
+def _spread(length: int, batch_size: int, offset: int) -> range:
+    """Items spread over the whole dataset, as a shuffled batch's are: a dataset stored in order of
+    length (a collator then pads each batch to its longest item) has its shortest items first, and
+    a batch of those was priced at a fifth of a real one's time."""
+    count = min(batch_size, length)
+    stride = max(1, length // count)
+    start = offset if stride > 1 else offset * count
+    return range(start, start + stride * count, stride)
 
 
 def _built_here(loader: Any) -> Any:

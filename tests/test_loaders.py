@@ -44,7 +44,7 @@ class LazyOpen(torch.utils.data.Dataset):
 def test_a_batch_is_timed_as_the_loader_builds_it_after_its_first():
     data = LazyOpen(open_s=0.3)
     batch, seconds = example_batch(DataLoader(data, batch_size=8))
-    assert torch.equal(batch[:, 0], torch.arange(8.0))  # the example is still the first batch
+    assert torch.equal(batch[:, 0], torch.arange(0.0, 64.0, 8.0))  # the example is the first one built
     assert data.reads == 16 and seconds < 0.15
 
 
@@ -130,3 +130,22 @@ def test_the_first_loader_is_the_first_not_known_to_be_empty():
     assert first_loader([empty, full]) is full and first_loader({"a": empty, "b": full}) is full
     assert first_loader([unsized, full]) is unsized  # no length: not known to be empty
     assert first_loader(empty) is None and first_loader(None) is None
+
+
+class ByLength(torch.utils.data.Dataset):
+    """Token sequences stored shortest first, as a dataset sorted by length is."""
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return torch.ones(2 + 2 * i, dtype=torch.long)
+
+
+def test_an_example_batch_spreads_over_the_dataset_as_a_shuffled_batch_does():
+    def pad(items):
+        return torch.nn.utils.rnn.pad_sequence(items, batch_first=True)
+
+    batch, _ = example_batch(DataLoader(ByLength(), batch_size=8, shuffle=True, collate_fn=pad))
+    # padded to its longest item, as a random batch of 8 of the 64 nearly always is (the first 8: 16)
+    assert batch.shape == (8, 2 + 2 * 56)
