@@ -290,6 +290,10 @@ class PrecisionTimeTrainerCallback(TrainerCallback, ExportableState):
         tracker.device_note = self.note
         if any(name.startswith("EarlyStopping") for name in getattr(state, "stateful_callbacks", None) or {}):
             tracker.plan_note = "; EarlyStoppingCallback may end it sooner"  # the plan runs to the limits
+        if getattr(args, "torch_compile", False):
+            tracker.plan_note += "; torch.compile's compilation is not in it (the eager step is predicted)"
+        if getattr(args, "predict_with_generate", False) and eval_loaders:
+            tracker.plan_note += "; evaluations predicted as forward passes, without generate()"
         tracker.start(now)
         if self._restored:
             tracker.forecaster.load_state_dict(self._restored)

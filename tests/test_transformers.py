@@ -128,6 +128,29 @@ def test_a_peft_models_saves_are_priced_as_its_adapters_and_their_optimizer_stat
     assert callback.tracker.prediction.checkpoint_bytes == pytest.approx(written, rel=0.1)
 
 
+def test_generation_in_evaluations_and_compilation_are_named_in_the_plan(tmp_path):
+    from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, T5Config, T5ForConditionalGeneration
+
+    class Pairs(torch.utils.data.Dataset):
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, i):
+            return {"input_ids": torch.randint(2, 64, (8,)), "labels": torch.randint(2, 64, (4,))}
+
+    model = T5ForConditionalGeneration(T5Config(vocab_size=64, d_model=32, d_ff=64, d_kv=8, num_layers=1,
+                                                num_heads=2, decoder_start_token_id=0))
+    callback = PrecisionTimeTrainerCallback(advise=False)
+    args = Seq2SeqTrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none", max_steps=2,
+                                    per_device_train_batch_size=4, eval_strategy="steps", eval_steps=2,
+                                    predict_with_generate=True, generation_max_length=4, torch_compile=True,
+                                    torch_compile_backend="eager", save_strategy="no")
+    Seq2SeqTrainer(model=model, args=args, train_dataset=Pairs(), eval_dataset=Pairs(), callbacks=[callback],
+                   compute_metrics=lambda prediction: {}).train()
+    assert "; torch.compile's compilation is not in it" in callback.tracker.plan_text
+    assert "; evaluations predicted as forward passes, without generate()" in callback.tracker.plan_text
+
+
 def test_early_stopping_is_named_in_the_plan_and_its_stop_reported(tmp_path):
     import hf_trainer
     from transformers import EarlyStoppingCallback
