@@ -298,8 +298,9 @@ class PrecisionTimeTrainerCallback(TrainerCallback, ExportableState):
         if self._restored:
             tracker.forecaster.load_state_dict(self._restored)
         if main and train_dataloader is not None:
-            self._predict(tracker, args, spec, model, optimizer, train_dataloader, eval_loaders[0] if sized else None,
-                          step_fn)
+            # several evaluation datasets: the one with the most batches prices them all
+            self._predict(tracker, args, spec, model, optimizer, train_dataloader,
+                          max(eval_loaders, key=len) if sized else None, step_fn)
         tracker.begin_training()
         self._last_t = self.clock()
 

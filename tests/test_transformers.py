@@ -151,6 +151,23 @@ def test_generation_in_evaluations_and_compilation_are_named_in_the_plan(tmp_pat
     assert "; evaluations predicted as forward passes, without generate()" in callback.tracker.plan_text
 
 
+def test_several_evaluation_datasets_are_priced_from_the_one_with_the_most_batches(tmp_path):
+    import hf_trainer
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer
+
+    # 1 batch of 16 tokens, then 4 of 32: the evaluation is mostly the second's
+    evaluations = {"short": hf_trainer.RandomTokens(8, 16, 128, seed=1),
+                   "long": hf_trainer.RandomTokens(128, 32, 128, seed=2)}
+    callback = PrecisionTimeTrainerCallback(advise=False)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=128, n_positions=32))
+    Trainer(model=model, args=arguments(tmp_path, max_steps=2, eval_strategy="steps", eval_steps=2,
+                                        per_device_train_batch_size=8, per_device_eval_batch_size=32),
+            train_dataset=hf_trainer.RandomTokens(16, 32, 128, seed=0), eval_dataset=evaluations,
+            callbacks=[callback]).train()
+    assert callback.tracker.forecaster.schedule.val_batches_per_run == 1 + 4
+    assert callback.tracker.inputs.val_batch["input_ids"].shape == (32, 32)
+
+
 def test_early_stopping_is_named_in_the_plan_and_its_stop_reported(tmp_path):
     import hf_trainer
     from transformers import EarlyStoppingCallback
