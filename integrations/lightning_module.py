@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.core.optimizer import _MockOptimizer
 
 from ptp_callback.calibrate import measure_op_classes
 from ptp_callback.clipping import ClippedGradients
@@ -28,7 +29,7 @@ from ptp_callback.precision import PRECISIONS, PrecisionSpec
 from ptp_callback.report import communication_note
 from ptp_callback.run_prediction import RunPrediction, precision_advice, predict_run
 from ptp_callback.trace_cache import code_key
-from ptp_callback.tracer import has_compiled_parts
+from ptp_callback.tracer import _loss_of, has_compiled_parts
 
 __all__ = ["add_bar_metric", "advise_precision", "batch_hooks", "communication", "compiled", "has_validation",
            "log_eta_metrics", "logs_now", "manual_training_step", "plan_notes", "precision_spec", "predict_fit",
@@ -77,11 +78,19 @@ def traced_step(trainer: Trainer, module: LightningModule) -> tuple[Callable[...
     if not module.automatic_optimization:
         return manual_training_step, ManualOptimization(tuple(trainer.optimizers))
     optimizer = trainer.optimizers[0] if trainer.optimizers else None
+    if isinstance(optimizer, _MockOptimizer):  # configure_optimizers returned None: Lightning steps nothing
+        return _backward_only, ManualOptimization(())
     limit = trainer.gradient_clip_val
     if limit:
         algorithm = getattr(trainer.gradient_clip_algorithm, "value", None) or "norm"
         return training_step, ClippedGradients(optimizer, float(limit), str(algorithm))
     return training_step, optimizer
+
+
+def _backward_only(module: LightningModule, batch: Any, step: ManualStep) -> None:
+    """A training step without an optimizer: its forward and backward (``_MockOptimizer.step``
+    runs Lightning's closure, and nothing else)."""
+    step.backward(_loss_of(training_step(module, batch)))
 
 
 class _NoSchedule:

@@ -718,6 +718,21 @@ def test_two_callbacks_predicting_for_two_gpus_share_a_trainer_and_anomaly_check
     assert "; detect_anomaly's checks are not in it" in plan_notes(fit, model)
 
 
+class NoOptimizer(Tiny):
+    def configure_optimizers(self):
+        return None  # Lightning trains with a stand-in that steps nothing
+
+
+def test_a_module_without_an_optimizer_is_traced_forward_and_backward():
+    callback = PrecisionTimeCallback(advise=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer([callback], enable_progress_bar=False, max_epochs=1, limit_train_batches=4).fit(NoOptimizer(), *loaders())
+    assert not [w for w in caught if issubclass(w.category, PtpWarning)]  # was: "the optimizer holds none of ..."
+    phases = {op.phase for op in callback.prediction.trace.ops}
+    assert "backward" in phases and "optimizer" not in phases
+
+
 def test_a_validation_after_the_fit_is_not_counted_in_it():
     callback = PrecisionTimeCallback(advise=False)
     fit = trainer([callback], enable_progress_bar=False, max_epochs=1)
