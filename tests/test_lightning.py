@@ -727,7 +727,8 @@ def test_a_module_without_an_optimizer_is_traced_forward_and_backward():
     callback = PrecisionTimeCallback(advise=False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        trainer([callback], enable_progress_bar=False, max_epochs=1, limit_train_batches=4).fit(NoOptimizer(), *loaders())
+        fit = trainer([callback], enable_progress_bar=False, max_epochs=1, limit_train_batches=4)
+        fit.fit(NoOptimizer(), *loaders())
     assert not [w for w in caught if issubclass(w.category, PtpWarning)]  # was: "the optimizer holds none of ..."
     phases = {op.phase for op in callback.prediction.trace.ops}
     assert "backward" in phases and "optimizer" not in phases
