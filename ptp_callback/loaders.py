@@ -14,6 +14,7 @@ AMD EPYC VM, 2026-11-29, a batch of 4,096 cloned 16 KB items took 140 ms the fir
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -55,8 +56,8 @@ REPEAT_BELOW_S = 0.5
 def example_batch(loader: Any, transform: Callable[[Any], Any] | None = None) -> tuple[Any, float]:
     """One batch shaped like the loader's, and the seconds it took to build (its items and collate).
 
-    A map-style dataset with a batch size gives items spread over it collated directly (and the
-    next ones, timed, where that was quick: see the module doc); anything else
+    A map-style dataset with a batch size gives the items its sampler draws first collated directly
+    (and the next ones, timed, where that was quick: see the module doc); anything else
     (an iterable dataset, a batch sampler) is read from a fresh iterator, in this process (no
     workers started: :func:`_built_here`); a one-shot iterator (a
     generator) is never read: that batch would be missing from the loop. ``transform`` applies the
@@ -66,12 +67,13 @@ def example_batch(loader: Any, transform: Callable[[Any], Any] | None = None) ->
         started = time.perf_counter()
         dataset = getattr(loader, "dataset", None)
         batch_size = getattr(loader, "batch_size", None)
-        if batch_size and hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__") and len(dataset):
-            batch = loader.collate_fn([dataset[i] for i in _spread(len(dataset), batch_size, 0)])
+        if batch_size and _map_style(dataset):
+            first, second = _drawn(loader, batch_size)
+            batch = loader.collate_fn([dataset[i] for i in first])
             seconds = time.perf_counter() - started
-            if seconds < REPEAT_BELOW_S and len(dataset) >= 2 * batch_size:
+            if seconds < REPEAT_BELOW_S and second:
                 started = time.perf_counter()
-                loader.collate_fn([dataset[i] for i in _spread(len(dataset), batch_size, 1)])
+                loader.collate_fn([dataset[i] for i in second])
                 seconds = min(seconds, time.perf_counter() - started)
         elif isinstance(loader, Iterator):  # not `iter(loader) is loader`: that starts a DataLoader's workers
             raise ValueError(f"the loader is a one-shot iterator ({type(loader).__name__}): a batch read from it "
@@ -85,14 +87,35 @@ def example_batch(loader: Any, transform: Callable[[Any], Any] | None = None) ->
     return batch, seconds
 
 
-def _spread(length: int, batch_size: int, offset: int) -> range:
-    """Items spread over the whole dataset, as a shuffled batch's are: a dataset stored in order of
-    length (a collator then pads each batch to its longest item) has its shortest items first, and
-    a batch of those was priced at a fifth of a real one's time."""
-    count = min(batch_size, length)
-    stride = max(1, length // count)
-    start = offset if stride > 1 else offset * count
-    return range(start, start + stride * count, stride)
+def _map_style(dataset: Any) -> bool:
+    """A dataset read by index (an ``IterableDataset`` inherits a ``__getitem__`` that raises, and
+    may define ``__len__``)."""
+    from torch.utils.data import IterableDataset
+
+    return (not isinstance(dataset, IterableDataset) and hasattr(dataset, "__getitem__")
+            and hasattr(dataset, "__len__") and len(dataset) > 0)
+
+
+def _drawn(loader: Any, batch_size: int) -> tuple[list[int], list[int]]:
+    """The items of the loader's first two batches, as its sampler draws them: a shuffling sampler's
+    random ones (a dataset stored in order of length, padded per batch by its collator, has its
+    shortest items first: a batch of those was priced at a fifth of a real one's time), a subset
+    sampler's own; in order for a sequential one. A sampler's own generator is left as it was."""
+    from torch.utils.data import SequentialSampler
+
+    sampler = getattr(loader, "sampler", None)
+    if sampler is None or isinstance(sampler, SequentialSampler):
+        indices = range(min(2 * batch_size, len(loader.dataset)))
+    else:
+        generator = getattr(sampler, "generator", None)
+        state = generator.get_state() if isinstance(generator, torch.Generator) else None
+        try:
+            indices = list(itertools.islice(iter(sampler), 2 * batch_size))
+        finally:
+            if state is not None:
+                generator.set_state(state)
+    indices = list(indices)
+    return indices[:batch_size], indices[batch_size:] if len(indices) == 2 * batch_size else []
 
 
 def _built_here(loader: Any) -> Any:

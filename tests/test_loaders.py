@@ -44,7 +44,7 @@ class LazyOpen(torch.utils.data.Dataset):
 def test_a_batch_is_timed_as_the_loader_builds_it_after_its_first():
     data = LazyOpen(open_s=0.3)
     batch, seconds = example_batch(DataLoader(data, batch_size=8))
-    assert torch.equal(batch[:, 0], torch.arange(0.0, 64.0, 8.0))  # the example is the first one built
+    assert torch.equal(batch[:, 0], torch.arange(8.0))  # in order: the loader's first batch
     assert data.reads == 16 and seconds < 0.15
 
 
@@ -142,10 +142,33 @@ class ByLength(torch.utils.data.Dataset):
         return torch.ones(2 + 2 * i, dtype=torch.long)
 
 
-def test_an_example_batch_spreads_over_the_dataset_as_a_shuffled_batch_does():
-    def pad(items):
-        return torch.nn.utils.rnn.pad_sequence(items, batch_first=True)
+def pad(items):
+    return torch.nn.utils.rnn.pad_sequence(items, batch_first=True)
 
+
+def test_an_example_batch_holds_the_items_the_loaders_sampler_draws():
+    torch.manual_seed(0)
     batch, _ = example_batch(DataLoader(ByLength(), batch_size=8, shuffle=True, collate_fn=pad))
-    # padded to its longest item, as a random batch of 8 of the 64 nearly always is (the first 8: 16)
-    assert batch.shape == (8, 2 + 2 * 56)
+    # a random batch, padded to its longest item (the first 8 items: 16 tokens)
+    assert batch.shape[1] > 2 + 2 * 7
+    # a subset sampler's own items only; its generator left as it was for the loop's own draw
+    generator = torch.Generator().manual_seed(1)
+    subset = torch.utils.data.SubsetRandomSampler(range(40, 48), generator=generator)
+    state = generator.get_state()
+    batch, _ = example_batch(DataLoader(ByLength(), batch_size=8, sampler=subset, collate_fn=pad))
+    assert batch.shape[1] == 2 + 2 * 47 and torch.equal(generator.get_state(), state)
+
+
+class CountedStream(IterableDataset):
+    """An iterable dataset that knows its length (it still has no items by index)."""
+
+    def __len__(self):
+        return 16
+
+    def __iter__(self):
+        return iter(torch.randn(16, 2))
+
+
+def test_an_iterable_dataset_with_a_length_is_read_from_its_iterator():
+    x, _ = example_batch(DataLoader(CountedStream(), batch_size=4))
+    assert x.shape == (4, 2)
