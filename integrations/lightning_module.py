@@ -25,6 +25,7 @@ from ptp_callback.forecast import RunForecaster
 from ptp_callback.host_costs import LIGHTNING_LOOP
 from ptp_callback.loaders import example_batch, first_loader, loader_facts
 from ptp_callback.manual_step import ManualOptimization, ManualStep
+from ptp_callback.module_state import stood_in
 from ptp_callback.precision import PRECISIONS, PrecisionSpec
 from ptp_callback.report import communication_note
 from ptp_callback.run_prediction import RunPrediction, precision_advice, predict_run
@@ -115,7 +116,7 @@ def manual_training_step(module: LightningModule, batch: Any, step: ManualStep) 
     optimizers, schedulers and ``requires_grad`` flags are never touched."""
     optimizers = [_Toggleable(o) for o in step.optimizers]
     schedulers = [_NoSchedule(config.scheduler) for config in module.trainer.lr_scheduler_configs]
-    with _stood_in(module,
+    with stood_in(module,
                    optimizers=lambda use_pl_optimizer=True: optimizers[0] if len(optimizers) == 1 else optimizers,
                    lr_schedulers=lambda: (schedulers[0] if len(schedulers) == 1 else schedulers) if schedulers else None,
                    manual_backward=lambda loss, *args, **kwargs: step.backward(loss, *args, **kwargs),
@@ -125,21 +126,6 @@ def manual_training_step(module: LightningModule, batch: Any, step: ManualStep) 
 
 def _nothing(*args: Any, **kwargs: Any) -> None:
     return None
-
-
-@contextlib.contextmanager
-def _stood_in(module: LightningModule, **methods: Callable[..., Any]) -> Iterator[None]:
-    """The module's ``methods`` replaced on the instance while inside, then restored as they were."""
-    saved = {name: module.__dict__.get(name) for name in methods}
-    module.__dict__.update(methods)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                module.__dict__.pop(name, None)
-            else:
-                module.__dict__[name] = value
 
 
 class _Toggleable:
@@ -226,7 +212,7 @@ def quiet_logging(module: LightningModule) -> Iterator[None]:
     if loggers:
         trainer.loggers = [_SilentLogger() for _ in loggers]
     try:
-        with _stood_in(module, log=_nothing, log_dict=_nothing):
+        with stood_in(module, log=_nothing, log_dict=_nothing):
             yield
     finally:
         if loggers:

@@ -63,6 +63,7 @@ from ptp_callback.device_names import resolve_target
 from ptp_callback.devices import DeviceSpec
 from ptp_callback.host_costs import HF_TRAINER_LOOP
 from ptp_callback.loaders import example_batch, loader_facts
+from ptp_callback.module_state import stood_in
 from ptp_callback.notices import warn
 from ptp_callback.precision import PrecisionSpec, weights_precision
 from ptp_callback.run_plan import LoaderFacts
@@ -204,15 +205,8 @@ def loss_step(trainer: Any) -> Callable[[torch.nn.Module, Any], Any] | None:
     def step(model: torch.nn.Module, batch: Any) -> Any:
         # a compute_loss that logs (self.log(...)) would write the trace's stand-in values into the
         # run's log history and its reporting integrations
-        own = vars(trainer).get("log")
-        trainer.log = lambda *args, **kwargs: None
-        try:
+        with stood_in(trainer, log=lambda *args, **kwargs: None):
             return trainer.compute_loss(model, batch)
-        finally:
-            if own is None:
-                del trainer.log
-            else:
-                trainer.log = own
 
     return step
 

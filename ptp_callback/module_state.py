@@ -68,3 +68,19 @@ def module_state_kept(model: torch.nn.Module) -> Iterator[None]:
     finally:
         for module, attributes, contents in saved:
             _restore(module, attributes, contents)
+
+
+@contextlib.contextmanager
+def stood_in(owner: Any, **attributes: Any) -> Iterator[None]:
+    """``owner``'s ``attributes`` replaced on the instance while inside (a Lightning module's
+    ``log``, a Trainer's ``log`` while its ``compute_loss`` is traced), then restored as they were."""
+    saved = {name: owner.__dict__.get(name) for name in attributes}
+    owner.__dict__.update(attributes)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                owner.__dict__.pop(name, None)
+            else:
+                owner.__dict__[name] = value
