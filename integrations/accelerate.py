@@ -44,11 +44,17 @@ import torch
 from ptp_callback.clipping import ClippedGradients
 from ptp_callback.precision import PrecisionSpec
 
-__all__ = ["PRECISIONS", "forward_without_autocast", "loader_view", "read_accelerator", "register",
+__all__ = ["PRECISIONS", "forward_without_autocast", "loader_view", "mode_as_run", "read_accelerator", "register",
            "unwrap_model", "unwrap_optimizer"]
 
 #: ``accelerator.mixed_precision`` -> the precision it trains at (``None``: not modelled).
 PRECISIONS: dict[str, str | None] = {"no": "32-true", "fp16": "16-mixed", "bf16": "bf16-mixed", "fp8": None}
+
+
+def mode_as_run(mode: str, device: Any) -> str:
+    """``mixed_precision`` as Accelerate runs it on ``device``: ``"fp16"`` on a CPU gets no autocast
+    and no GradScaler, so it trains as ``"no"`` does (the HF Trainer's ``fp16=True`` too)."""
+    return "no" if mode == "fp16" and torch.device(device).type == "cpu" else mode
 
 
 def read_accelerator(accelerator: Any, precision: str | PrecisionSpec | None,
@@ -60,9 +66,7 @@ def read_accelerator(accelerator: Any, precision: str | PrecisionSpec | None,
     mode = str(getattr(accelerator, "mixed_precision", "no"))
     if mode not in PRECISIONS:
         raise ValueError(f"ptp.track(accelerator=...): mixed_precision={mode!r} is not one of {', '.join(PRECISIONS)}")
-    name = PRECISIONS[mode]
-    if mode == "fp16" and torch.device(accelerator.device).type == "cpu":
-        name = "32-true"  # Accelerate gives fp16 on a CPU no autocast and no GradScaler
+    name = PRECISIONS[mode_as_run(mode, accelerator.device)]
     spec = PrecisionSpec.from_setting(name) if name is not None else None
     if precision is not None:
         given = precision if isinstance(precision, PrecisionSpec) else PrecisionSpec.from_setting(precision)

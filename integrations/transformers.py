@@ -71,7 +71,7 @@ from ptp_callback.run_prediction import CheckpointFacts
 from ptp_callback.schedule import FitSchedule, FitStart, build_schedule
 from ptp_callback.tracker import RunTracker, TraceInputs
 
-from .accelerate import forward_without_autocast, loader_view, unwrap_optimizer
+from .accelerate import PRECISIONS, forward_without_autocast, loader_view, mode_as_run, unwrap_optimizer
 
 __all__ = ["PrecisionTimeTrainerCallback", "evaluation_loaders", "loss_step", "precision_of", "read_schedule"]
 
@@ -83,13 +83,10 @@ def precision_of(args: Any, model: torch.nn.Module) -> PrecisionSpec:
     LoRA adapters trains under autocast, its adapters and their optimizer state in fp32), except
     ``fp16`` on a CPU, which Accelerate runs without autocast. Without autocast, weights all in
     bf16 or fp16 train at ``bf16-true`` / ``16-true``."""
-    run_device = torch.device(args.device).type
-    if args.bf16 or args.fp16 and run_device != "cpu":
-        name = "bf16-mixed" if args.bf16 else "16-mixed"
-    else:
-        name = weights_precision(model)
+    mode = mode_as_run("bf16" if args.bf16 else "fp16" if args.fp16 else "no", args.device)
+    name = PRECISIONS[mode] if mode != "no" else weights_precision(model)
     spec = PrecisionSpec.from_setting(name, matmul_tf32=args.tf32)
-    return spec.with_tf32(False, False) if run_device != "cuda" else spec
+    return spec.with_tf32(False, False) if torch.device(args.device).type != "cuda" else spec
 
 
 def read_schedule(args: Any, state: Any, batches_per_epoch: int | None,
