@@ -12,7 +12,9 @@ processes, validation every epoch, several epochs -- each about 20-40 s on 2 CPU
 * ``lstm``: a 2-layer LSTM language model, 32-true, validation twice an epoch, 2 epochs;
 * ``mlp_time``: the MLP with only ``max_time`` (20 s) to end it: epochs of 50 batches, each
   validated and saved (its length does not scale with ``--quick``; the naive extrapolation has no
-  total to extrapolate to).
+  total to extrapolate to);
+* ``finetune``: the MLP's layers as a frozen backbone under a new head, which Lightning's
+  ``BackboneFinetuning`` unfreezes at the second of 3 epochs (its batches then cost more).
 
 Each round runs every fit three times: once with the callback and the TQDM bar, recording at every
 training batch's end what the bar shows (the callback's ETA as last refreshed, once a second),
@@ -44,7 +46,7 @@ import lightning as L
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
+from lightning.pytorch.callbacks import BackboneFinetuning, ModelCheckpoint, TQDMProgressBar
 from torch.utils.data import DataLoader, TensorDataset
 
 from ptp_callback import PrecisionTimeCallback
@@ -76,6 +78,17 @@ class MLP(Classifier):
     def __init__(self) -> None:
         super().__init__()
         self.net = nn.Sequential(nn.Linear(784, 1024), nn.GELU(), nn.Linear(1024, 1024), nn.GELU(), nn.Linear(1024, 10))
+
+
+class Finetuned(MLP):
+    """The MLP's hidden layers as a backbone that ``BackboneFinetuning`` freezes, then unfreezes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.backbone, self.head = self.net[:-1], self.net[-1]
+
+    def configure_optimizers(self):  # as Lightning's fine-tuning docs write it: the trainable ones
+        return torch.optim.AdamW([p for p in self.parameters() if p.requires_grad], lr=1e-3)
 
 
 class CNN(Classifier):
@@ -143,6 +156,7 @@ class Fit:
     batch: int
     trainer: dict[str, Any]
     loader: dict[str, Any] = field(default_factory=dict)
+    callbacks: Callable[[], list[L.Callback]] = list
 
 
 def _tensors(kind: str, n: int, generator: torch.Generator) -> TensorDataset:
@@ -173,6 +187,8 @@ FITS = [
     # Only the time limit ends it: 50-batch epochs, each validated and saved, for 20 s of training.
     Fit("mlp_time", MLP, _data("mlp", 6_400, 1_280), 128, dict(precision="32-true", max_time={"seconds": 20},
                                                               max_epochs=-1)),
+    Fit("finetune", Finetuned, _data("mlp", 25_600, 2_560), 128, dict(precision="32-true", max_epochs=3),
+        callbacks=lambda: [BackboneFinetuning(unfreeze_backbone_at_epoch=1)]),
 ]
 
 
@@ -246,7 +262,7 @@ def run(fit: Fit, kind: str, scale: float) -> Run:
         warnings.simplefilter("ignore")
         trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_model_summary=False,
                             enable_progress_bar=kind == "eta", default_root_dir=root,
-                            callbacks=callbacks + [ModelCheckpoint(dirpath=root)], **fit.trainer)
+                            callbacks=callbacks + fit.callbacks() + [ModelCheckpoint(dirpath=root)], **fit.trainer)
         started = time.perf_counter()
         trainer.fit(fit.module(), *loaders)
         wall = time.perf_counter() - started

@@ -37,6 +37,7 @@ from ptp_callback.report import plan_line, report_line
 from ptp_callback.run_prediction import RunPrediction
 from ptp_callback.run_readouts import RunReadouts
 
+from .lightning_finetuning import TrainingParametersWatch
 from .lightning_module import (add_bar_metric, advise_precision, log_eta_metrics, logs_now, plan_notes,
                                precision_spec, predict_fit, time_op_classes)
 from .lightning_schedule import announce_weights_only_saves, fit_forecaster, follow_epoch_start, time_limit_used
@@ -95,6 +96,7 @@ class PrecisionTimeCallback(RunReadouts, Callback):
         self._example: Any = None
         self._predict_at_train_start = False
         self._checkpoint: Any = None
+        self._watch: TrainingParametersWatch | None = None
 
     @property
     def state_key(self) -> str:
@@ -106,13 +108,13 @@ class PrecisionTimeCallback(RunReadouts, Callback):
         process it starts. The settings and a resumed fit's state go; a fit in progress (its
         forecaster holds the trainer, its bar metric a closure) does not."""
         state = self.__dict__.copy()
-        state.update(forecaster=None, prediction=None, _example=None, _checkpoint=None, _active=False,
+        state.update(forecaster=None, prediction=None, _example=None, _checkpoint=None, _active=False, _watch=None,
                      _remove_bar_metric=_nothing, _forget_saves=_nothing)
         return state
 
     # --------------------------------------------------------------------------- fit start
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._active = False
+        self._active, self._watch = False, None
         if trainer.fast_dev_run:  # a smoke test of the code: Lightning turns its checkpoints and loggers off too
             return
         started = self.clock()
@@ -152,6 +154,10 @@ class PrecisionTimeCallback(RunReadouts, Callback):
         with self._warnings.guard("predicting the fit"):
             self.prediction, self._example = predict_fit(trainer, pl_module, spec, self._checkpoint, self.device,
                                                          forecaster.schedule.sanity_batches or 0)
+        if self.prediction is not None:
+            self._watch = TrainingParametersWatch(trainer, pl_module, self.prediction, self._example, forecaster)
+            with self._warnings.guard("predicting the backbone's unfreezing", "its batches are measured"):
+                self._watch.start(trainer, pl_module)
         forecaster.own_work(self.clock() - own)
         if self.prediction is not None:
             now = self.clock()
@@ -214,8 +220,14 @@ class PrecisionTimeCallback(RunReadouts, Callback):
             follow_epoch_start(trainer, self.forecaster, self.clock)
 
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
-        if self._active:
-            self.forecaster.batch_start(self.clock())
+        if not self._active:
+            return
+        if batch_idx == 0 and self._watch is not None:
+            started = self.clock()
+            with self._warnings.guard("following the parameters that train", "the ETA keeps the batch's cost"):
+                self._watch.epoch_first_batch(trainer, pl_module)
+            self.forecaster.own_work(self.clock() - started)
+        self.forecaster.batch_start(self.clock())
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
@@ -233,7 +245,7 @@ class PrecisionTimeCallback(RunReadouts, Callback):
             if not refreshed:
                 self.refresh_eta(now, force=True)
             self._logged_step = log_eta_metrics(trainer, self.last_remaining_s,
-                                                self.prediction.step.step_s if self.prediction else None,
+                                                self._watch.step_s if self._watch else None,
                                                 forecaster.batches.mean_s())
 
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -278,6 +290,8 @@ class PrecisionTimeCallback(RunReadouts, Callback):
         actual = self._report(trainer, forecaster)
         if self.advise is True or self.advise and self._advice_cost_s() < 0.01 * actual:
             measured = None if self._other_device(trainer.strategy.root_device) else forecaster.batches.mean_s()
+            if measured and self._watch is not None:
+                measured /= self._watch.factor  # the advice prices the step traced at fit start
             self._advise(trainer, pl_module, actual, measured * trainer.accumulate_grad_batches if measured else None)
 
     def _report(self, trainer: Trainer, forecaster: RunForecaster, stopped_by: str | None = None) -> float:

@@ -72,13 +72,16 @@ def training_step(module: LightningModule, batch: Any) -> Any:
     return module.training_step(batch, 0)
 
 
-def traced_step(trainer: Trainer, module: LightningModule) -> tuple[Callable[..., Any], Any]:
+def traced_step(trainer: Trainer, module: LightningModule,
+                optimizer: torch.optim.Optimizer | None = None) -> tuple[Callable[..., Any], Any]:
     """The step function and optimizer argument that trace the module's training step: its
     ``training_step`` and first optimizer (its gradients clipped as ``gradient_clip_val`` says),
-    or under manual optimization all its optimizers (which the step clips itself, if at all)."""
+    or under manual optimization all its optimizers (which the step clips itself, if at all).
+    ``optimizer``: one to trace in place of the first (automatic optimization)."""
     if not module.automatic_optimization:
         return manual_training_step, ManualOptimization(tuple(trainer.optimizers))
-    optimizer = trainer.optimizers[0] if trainer.optimizers else None
+    if optimizer is None:
+        optimizer = trainer.optimizers[0] if trainer.optimizers else None
     if isinstance(optimizer, _MockOptimizer):  # configure_optimizers returned None: Lightning steps nothing
         return _backward_only, ManualOptimization(())
     limit = trainer.gradient_clip_val

@@ -99,6 +99,11 @@ class _Meter:
         self.values[-1] += seconds
 
 
+# After the batch's cost changed (a backbone unfrozen), the batch time is taken from the batches
+# measured at the new cost alone once there are this many of them.
+CHANGED_COST_SAMPLES = 10
+
+
 class _BatchTimes:
     """Steady seconds per training batch: warm-up dropped, then a mean over the latest batches.
 
@@ -116,6 +121,7 @@ class _BatchTimes:
         self.warmup: list[float] = []
         self.seen = 0
         self.settled = False
+        self.changed_at: int | None = None  # steady samples before the batch's cost last changed
 
     def add(self, seconds: float) -> None:
         self.seen += 1
@@ -143,7 +149,17 @@ class _BatchTimes:
         if n == 0:
             return sum(self.early) / len(self.early) if self.early else None
         k = n if last is None else max(1, min(n, last))
+        if self.changed_at is not None and n - self.changed_at >= CHANGED_COST_SAMPLES:
+            k = min(k, n - self.changed_at)  # enough batches at the new cost: only they say what it is
         return (self.cumulative[-1] - self.cumulative[-1 - k]) / k
+
+    def rescale(self, factor: float) -> None:
+        """The batch's cost changes by ``factor`` from the next batch on (other parameters train):
+        the batches so far stand for the new cost, scaled, until enough are measured at it."""
+        self.cumulative = array("d", (c * factor for c in self.cumulative))
+        self.early = [s * factor for s in self.early]
+        self.warmup = [s * factor for s in self.warmup]
+        self.changed_at = len(self.cumulative) - 1
 
     @property
     def samples(self) -> int:
@@ -251,6 +267,7 @@ class RunForecaster:
         self._time_stop_at: int | None = None  # the position at whose batch's end max_time ran out
         self._train_end_t: float | None = None
         self._last_save_t: float | None = None
+        self._cost_change: tuple[int, float] | None = None  # (position, factor) a batch's cost changes at
 
     # ------------------------------------------------------------------------------ set-up
     def set_plan(self, plan: RunPlan | None, now: float | None = None) -> None:
@@ -406,6 +423,26 @@ class RunForecaster:
             raise ValueError(f"continue_with: the schedule starts at batch {schedule.start_batch}, "
                              f"the fit is at {self.position}")
         self.schedule, self.saves, self.relayout = schedule, tuple(sorted(saves)), None
+
+    def expect_cost_change(self, position: int, factor: float) -> None:
+        """From the training batch at ``position`` on, a batch costs ``factor`` times what it does
+        now (``BackboneFinetuning`` unfreezes the backbone at an epoch's start)."""
+        self._cost_change = (position, factor) if position > self.position else None
+        if self._cost_change is None:
+            self.cost_changed(factor)
+
+    def cost_changed(self, factor: float) -> None:
+        """From the next training batch on, a batch costs ``factor`` times what it did: the batches
+        measured so far, an earlier run's and the plan's batch stand for the new cost, scaled."""
+        self._cost_change = None
+        if factor == 1.0:
+            return
+        self.batches.rescale(factor)
+        if "train" in self._prior:
+            self._prior["train"] *= factor
+        if self.plan is not None:
+            self.plan = replace(self.plan, train_batch_s=self.plan.train_batch_s * factor,
+                                optimizer_step_s=self.plan.optimizer_step_s * factor)
 
     def train_end(self, t: float) -> None:
         self._event(t, "train_end")
@@ -714,6 +751,10 @@ class RunForecaster:
                 extra = min(left[kind], max(0.0, first - max(spent, unit)))
                 left[kind] -= extra
                 left["warmup"] = extra
+        change = self._cost_change
+        if change is not None and counts["train"] and s.total_batches is not None:
+            after = s.total_batches - max(change[0], self.position)
+            left["train"] += max(0, after) * (change[1] - 1.0) * train_unit
         forks = self._val_forks_left()
         if forks:
             measured = self._val_forks

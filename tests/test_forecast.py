@@ -761,3 +761,42 @@ def test_a_schedule_continued_with_longer_epochs_counts_them_from_their_start():
     t = run_batches(forecaster, t, 15, 1.0)
     forecaster.fit_end(t)  # stopped 15 batches into epoch 1
     assert forecaster.stopped_early == (25, 70)
+
+
+def test_a_change_of_the_batch_cost_expected_at_an_epoch_prices_the_batches_from_there():
+    schedule = schedule_of(max_epochs=2, val_batches_per_run=0, val_check_batch=None, sanity_batches=0)
+    forecaster = RunForecaster(schedule, warmup_batches=0)
+    forecaster.fit_start(0.0)
+    forecaster.set_plan(RunPlan(train_batch_s=1.0), 0.0)
+    base = forecaster.remaining_s(0.0)
+    forecaster.expect_cost_change(10, 3.0)  # the second epoch's batches cost 3x
+    assert forecaster.remaining_s(0.0) == pytest.approx(base + 10 * 2.0)
+    t = run_batches(forecaster, 0.0, 10, 1.0)
+    assert forecaster.remaining_s(t) == pytest.approx(10 * 3.0)
+    forecaster.cost_changed(3.0)  # it happened: the measured batches stand for the new cost
+    assert forecaster.remaining_s(t) == pytest.approx(10 * 3.0)
+
+
+def test_after_a_cost_change_the_batches_measured_at_the_new_cost_decide_once_there_are_enough():
+    schedule = schedule_of(max_epochs=10, val_batches_per_run=0, val_check_batch=None, sanity_batches=0)
+    forecaster = RunForecaster(schedule, warmup_batches=0)
+    forecaster.fit_start(0.0)
+    t = run_batches(forecaster, 0.0, 30, 1.0)
+    forecaster.cost_changed(3.0)  # predicted 3x ...
+    assert forecaster.batches.mean_s(70) == pytest.approx(3.0)
+    t = run_batches(forecaster, t, 5, 2.0)  # ... measured 2x: too few batches yet to trust alone
+    assert forecaster.batches.mean_s(65) == pytest.approx((30 * 3.0 + 5 * 2.0) / 35)
+    t = run_batches(forecaster, t, 5, 2.0)
+    assert forecaster.batches.mean_s(60) == pytest.approx(2.0)
+    assert forecaster.remaining_s(t) == pytest.approx(60 * 2.0)
+
+
+def test_an_expected_cost_change_that_does_not_happen_is_dropped():
+    schedule = schedule_of(max_epochs=2, val_batches_per_run=0, val_check_batch=None, sanity_batches=0)
+    forecaster = RunForecaster(schedule, warmup_batches=0)
+    forecaster.fit_start(0.0)
+    forecaster.set_plan(RunPlan(train_batch_s=1.0), 0.0)
+    forecaster.expect_cost_change(10, 3.0)
+    t = run_batches(forecaster, 0.0, 10, 1.0)
+    forecaster.cost_changed(1.0)
+    assert forecaster.remaining_s(t) == pytest.approx(10 * 1.0) and forecaster.batches.changed_at is None

@@ -1,0 +1,96 @@
+"""A backbone that starts training during a real Lightning fit: predicted before step one when
+``BackboneFinetuning`` will unfreeze it, found at the epoch it happens otherwise."""
+
+from __future__ import annotations
+
+import lightning as L
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from lightning.pytorch.callbacks import BackboneFinetuning, BaseFinetuning
+from torch.utils.data import DataLoader, TensorDataset
+
+from ptp_callback import PrecisionTimeCallback
+
+
+class WithBackbone(L.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.backbone = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.BatchNorm1d(256),
+                                      nn.ReLU(), nn.Linear(256, 256), nn.ReLU())
+        self.head = nn.Linear(256, 4)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return F.cross_entropy(self.head(self.backbone(x)), y)
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW([p for p in self.parameters() if p.requires_grad], lr=1e-3)
+
+
+class UnfreezesAtEpochOne(BaseFinetuning):
+    """Its own unfreezing: nothing says in advance when it happens."""
+
+    def freeze_before_training(self, pl_module):
+        self.freeze(pl_module.backbone)
+
+    def finetune_function(self, pl_module, epoch, optimizer):
+        if epoch == 1:
+            self.unfreeze_and_add_param_group(pl_module.backbone, optimizer)
+
+
+class SeenAtFirstBatch(L.Callback):
+    """What the first training batch of each epoch sees: the backbone's flags, the optimizer's
+    groups, and the change the callback expects."""
+
+    def __init__(self, ptp: PrecisionTimeCallback) -> None:
+        self.ptp, self.epochs = ptp, []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if batch_idx == 0:
+            # (its batch norm trains throughout: BackboneFinetuning's train_bn=True)
+            flags = {p.requires_grad for m in pl_module.backbone if isinstance(m, nn.Linear) for p in m.parameters()}
+            watch = self.ptp._watch
+            self.epochs.append((flags, len(trainer.optimizers[0].param_groups), watch.expected, watch.factor))
+
+
+def fit(callbacks: list, ptp: PrecisionTimeCallback) -> SeenAtFirstBatch:
+    seen = SeenAtFirstBatch(ptp)
+    data = TensorDataset(torch.randn(128, 64), torch.randint(0, 4, (128,)))
+    trainer = L.Trainer(accelerator="cpu", max_epochs=3, limit_train_batches=8, logger=False,
+                        enable_checkpointing=False, enable_model_summary=False, enable_progress_bar=False,
+                        callbacks=[ptp, *callbacks, seen])
+    trainer.fit(WithBackbone(), DataLoader(data, batch_size=16))
+    return seen
+
+
+@pytest.mark.parametrize("at_epoch", [1, 2])
+def test_backbone_finetuning_is_priced_from_the_epoch_it_unfreezes_before_step_one(at_epoch):
+    ptp = PrecisionTimeCallback(device="cpu", advise=False)
+    seen = fit([BackboneFinetuning(unfreeze_backbone_at_epoch=at_epoch)], ptp)
+    (flags, groups, expected, factor) = seen.epochs[0]
+    # tracing the unfrozen step left the backbone frozen and the optimizer as it was
+    assert flags == {False} and groups == 1
+    position, unfreezing = expected
+    expected_factor = unfreezing.factor
+    assert position == 8 * at_epoch and expected_factor > 1.2 and factor == 1.0
+    assert unfreezing.step_s > ptp.prediction.step.step_s
+    # from the epoch it unfroze at, a batch costs what was expected, with no second trace
+    flags, groups, expected, factor = seen.epochs[at_epoch]
+    assert flags == {True} and groups == 2 and expected is None and factor == expected_factor
+    assert ptp.forecaster.batches.changed_at is not None
+
+
+def test_an_unfreezing_nothing_announced_is_found_at_the_epoch_it_happens():
+    ptp = PrecisionTimeCallback(device="cpu", advise=False)
+    seen = fit([UnfreezesAtEpochOne()], ptp)
+    assert [e[2] for e in seen.epochs] == [None, None, None] and seen.epochs[0][3] == 1.0
+    assert seen.epochs[1][0] == {True} and seen.epochs[1][3] > 1.2  # the step traced again as it now is
+    assert seen.epochs[2][3] == seen.epochs[1][3]
+
+
+def test_a_fit_that_ends_before_the_backbone_unfreezes_expects_nothing():
+    ptp = PrecisionTimeCallback(device="cpu", advise=False)
+    seen = fit([BackboneFinetuning(unfreeze_backbone_at_epoch=3)], ptp)
+    assert {e[2] for e in seen.epochs} == {None} and {e[3] for e in seen.epochs} == {1.0}
