@@ -36,8 +36,9 @@ from ptp_callback.notices import OnceWarnings, PrecisionHazard
 from ptp_callback.report import plan_line, report_line
 from ptp_callback.run_prediction import RunPrediction
 from ptp_callback.run_readouts import RunReadouts
+from ptp_callback.training_parameters import TrainingParametersWatch
 
-from .lightning_finetuning import TrainingParametersWatch
+from .lightning_finetuning import fit_parameters, step_now, watch_fit
 from .lightning_module import (add_bar_metric, advise_precision, log_eta_metrics, logs_now, plan_notes,
                                precision_spec, predict_fit, time_op_classes)
 from .lightning_schedule import announce_weights_only_saves, fit_forecaster, follow_epoch_start, time_limit_used
@@ -96,7 +97,7 @@ class PrecisionTimeCallback(RunReadouts, Callback):
         self._example: Any = None
         self._predict_at_train_start = False
         self._checkpoint: Any = None
-        self._watch: TrainingParametersWatch | None = None
+        self._watch: TrainingParametersWatch | None = None  # the parameters that train
 
     @property
     def state_key(self) -> str:
@@ -155,9 +156,8 @@ class PrecisionTimeCallback(RunReadouts, Callback):
             self.prediction, self._example = predict_fit(trainer, pl_module, spec, self._checkpoint, self.device,
                                                          forecaster.schedule.sanity_batches or 0)
         if self.prediction is not None:
-            self._watch = TrainingParametersWatch(trainer, pl_module, self.prediction, self._example, forecaster)
             with self._warnings.guard("predicting the backbone's unfreezing", "its batches are measured"):
-                self._watch.start(trainer, pl_module)
+                self._watch = watch_fit(trainer, pl_module, self.prediction, self._example, forecaster)
         forecaster.own_work(self.clock() - own)
         if self.prediction is not None:
             now = self.clock()
@@ -225,7 +225,8 @@ class PrecisionTimeCallback(RunReadouts, Callback):
         if batch_idx == 0 and self._watch is not None:
             started = self.clock()
             with self._warnings.guard("following the parameters that train", "the ETA keeps the batch's cost"):
-                self._watch.epoch_first_batch(trainer, pl_module)
+                self._watch.check(fit_parameters(trainer, pl_module), lambda: step_now(
+                    trainer, pl_module, self.prediction, self._example), trainer.accumulate_grad_batches)
             self.forecaster.own_work(self.clock() - started)
         self.forecaster.batch_start(self.clock())
 

@@ -1,16 +1,12 @@
-"""Parameters that start training during a fit, and what that does to a training batch's cost.
+"""The parameters that train in a Lightning fit, and ``BackboneFinetuning``'s unfreezing.
 
-Fine-tuning often trains a head first and unfreezes the backbone later: Lightning's
-``BackboneFinetuning`` at a set epoch, or the user's own callback or hook (``requires_grad`` set,
-a parameter group added). A frozen backbone runs no weight gradients and no optimizer updates, so
-its step costs a fraction of the unfrozen one. The prediction made at fit start is of the frozen
-step, so:
-
-* ``BackboneFinetuning``'s unfreezing is predicted before step one: the step is traced again with
-  the backbone trainable and its parameters in the optimizer, as the callback will make them, and
-  the batches from that epoch on are priced at the ratio of the two;
-* any other change is found at the first batch of each epoch (after every callback's
-  ``on_train_epoch_start``) and the step traced again as it now is.
+``BackboneFinetuning`` unfreezes the module's ``backbone`` at the start of a set epoch and adds its
+parameters to the first optimizer as a group of their own. Its step is traced at fit start as the
+callback will make it (the backbone trainable, its parameters in the optimizer; the real flags are
+set back at once), so that the batches from that epoch on are priced before step one. Any other
+change (a ``BaseFinetuning`` of the user's, a hook that sets ``requires_grad``) is found at the first
+batch of each epoch, after every callback's ``on_train_epoch_start``
+(:class:`~ptp_callback.training_parameters.TrainingParametersWatch`).
 """
 
 from __future__ import annotations
@@ -18,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -26,92 +21,50 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import BackboneFinetuning, BaseFinetuning
 
 from ptp_callback.forecast import RunForecaster
-from ptp_callback.run_prediction import RunPrediction, batch_cost_factor, step_as_it_is
+from ptp_callback.predict import StepPrediction
+from ptp_callback.run_prediction import RunPrediction, step_as_it_is
+from ptp_callback.training_parameters import (StepChange, TrainingParameters, TrainingParametersWatch, step_change,
+                                              training_parameters)
 
 from .lightning_module import precision_spec, quiet_logging, step_code_key, traced_step
 
-__all__ = ["TrainingParameters", "TrainingParametersWatch", "Unfreezing", "cost_factor_now", "expected_unfreezing",
-           "training_parameters"]
+__all__ = ["expected_unfreezing", "fit_parameters", "step_now", "watch_fit"]
 
 
-@dataclass(frozen=True)
-class TrainingParameters:
-    """Which parameters train: those that require grad (count, elements) and those the optimizers hold."""
-
-    trainable: int
-    trainable_elements: int
-    optimized: int
+def fit_parameters(trainer: Trainer, module: LightningModule,
+                   optimizers: list[torch.optim.Optimizer] | None = None) -> TrainingParameters:
+    return training_parameters(module, trainer.optimizers if optimizers is None else optimizers)
 
 
-class TrainingParametersWatch:
-    """Follows the parameters that train through a fit, for its forecaster: a ``BackboneFinetuning``
-    unfreezing expected from the start (:meth:`start`), any change found at an epoch's first batch
-    (:meth:`epoch_first_batch`)."""
-
-    def __init__(self, trainer: Trainer, module: LightningModule, prediction: RunPrediction, example: Any,
-                 forecaster: RunForecaster) -> None:
-        self.prediction, self.example, self.forecaster = prediction, example, forecaster
-        self.parameters = training_parameters(trainer, module)
-        self.factor = 1.0  # of the batch's cost now to the one predicted at fit start
-        self.step_s = prediction.step.step_s  # the predicted step as the parameters that train now make it
-        self.expected: tuple[int, Unfreezing] | None = None  # at which training batch
-
-    def start(self, trainer: Trainer, module: LightningModule) -> None:
-        """Price a ``BackboneFinetuning`` unfreezing still to come in this fit from its epoch on."""
-        expected = expected_unfreezing(trainer, module, self.prediction, self.example)
-        if expected is None:
-            return
-        epoch, unfreezing = expected
-        starts = self.forecaster.schedule.epoch_starts
-        index = epoch - self.forecaster.schedule.start_epoch
+def watch_fit(trainer: Trainer, module: LightningModule, prediction: RunPrediction, example: Any,
+              forecaster: RunForecaster) -> TrainingParametersWatch:
+    """The watch of this fit's parameters that train, with ``BackboneFinetuning``'s unfreezing
+    expected where it will happen (:func:`expected_unfreezing`)."""
+    watch = TrainingParametersWatch(prediction, forecaster, fit_parameters(trainer, module))
+    expected = expected_unfreezing(trainer, module, prediction, example)
+    if expected is not None:
+        epoch, change = expected
+        starts, index = forecaster.schedule.epoch_starts, epoch - forecaster.schedule.start_epoch
         if 0 < index < len(starts):
-            self.expected = (starts[index], unfreezing)
-            self.forecaster.expect_cost_change(starts[index], unfreezing.factor)
-
-    def epoch_first_batch(self, trainer: Trainer, module: LightningModule) -> None:
-        """At an epoch's first batch, after every callback's epoch start: the batch's cost as the
-        parameters that train now make it (the expected factor, or the step traced again)."""
-        now = training_parameters(trainer, module)
-        position, expected = self.expected or (None, None)
-        due = position is not None and self.forecaster.position >= position
-        if now == self.parameters and not due:
-            return
-        self.expected = None  # happened, did not, or something else changed first: the step says
-        if now == self.parameters:
-            factor, step_s = 1.0, self.step_s  # the expected unfreezing did not happen
-        elif due and now == expected.parameters:
-            factor, step_s = expected.factor / self.factor, expected.step_s
-        else:
-            factor, step_s = cost_factor_now(trainer, module, self.prediction, self.example)
-            factor /= self.factor
-        self.parameters, self.step_s = now, step_s
-        self.factor *= factor
-        self.forecaster.cost_changed(factor)
+            watch.expect(starts[index], change)
+    return watch
 
 
-def training_parameters(trainer: Trainer, module: LightningModule,
-                        optimizers: list[torch.optim.Optimizer] | None = None) -> TrainingParameters:
-    params = [p for p in module.parameters() if p.requires_grad]
-    optimized = sum(len(group["params"]) for o in (trainer.optimizers if optimizers is None else optimizers)
-                    for group in o.param_groups)
-    return TrainingParameters(len(params), sum(p.numel() for p in params), optimized)
-
-
-@dataclass(frozen=True)
-class Unfreezing:
-    """What an unfreezing makes of the step: a training batch's cost as a factor of the one predicted
-    at fit start, the predicted step's seconds, and the parameters that train."""
-
-    factor: float
-    step_s: float
-    parameters: TrainingParameters
+def step_now(trainer: Trainer, module: LightningModule, prediction: RunPrediction, example: Any,
+             optimizer: torch.optim.Optimizer | None = None) -> StepPrediction:
+    """The module's training step traced as it is now (``optimizer``: one in place of the first),
+    at the costs of ``prediction``."""
+    with quiet_logging(module):
+        step_fn, traced_optimizer = traced_step(trainer, module, optimizer)
+        return step_as_it_is(prediction, module, example, step_fn, traced_optimizer, precision_spec(trainer),
+                             extra_key=step_code_key(module))
 
 
 def expected_unfreezing(trainer: Trainer, module: LightningModule, prediction: RunPrediction,
-                        example: Any) -> tuple[int, Unfreezing] | None:
+                        example: Any) -> tuple[int, StepChange] | None:
     """``BackboneFinetuning``'s unfreezing still to come in this fit: the epoch it happens at, and
-    what it makes of the step. ``None`` when no such callback will unfreeze anything (a subclass with its own
-    ``finetune_function`` unfreezes as it likes: that is found when it happens)."""
+    the step after it. ``None`` when no such callback will unfreeze anything (a subclass with its
+    own ``finetune_function`` unfreezes as it likes: that is found when it happens)."""
     callback = next((c for c in trainer.callbacks if isinstance(c, BackboneFinetuning)
                      and type(c).finetune_function is BackboneFinetuning.finetune_function), None)
     if callback is None or not trainer.optimizers or not module.automatic_optimization:
@@ -120,29 +73,13 @@ def expected_unfreezing(trainer: Trainer, module: LightningModule, prediction: R
     max_epochs = trainer.fit_loop.max_epochs
     if epoch <= trainer.current_epoch or max_epochs is not None and 0 <= max_epochs <= epoch:
         return None
-    before = training_parameters(trainer, module)
+    before = fit_parameters(trainer, module)
     with _unfrozen(trainer, module.backbone, callback.train_bn) as optimizers:
-        after = training_parameters(trainer, module, optimizers)
+        after = fit_parameters(trainer, module, optimizers)
         if after == before:
             return None
-        factor, step_s = _factor(trainer, module, prediction, example, optimizers[0])
-    return epoch, Unfreezing(factor, step_s, after)
-
-
-def cost_factor_now(trainer: Trainer, module: LightningModule, prediction: RunPrediction,
-                    example: Any) -> tuple[float, float]:
-    """The factor a training batch's cost changed by, from the step traced at fit start to the step
-    as the module and its optimizer are now; and that step's predicted seconds."""
-    return _factor(trainer, module, prediction, example, None)
-
-
-def _factor(trainer: Trainer, module: LightningModule, prediction: RunPrediction, example: Any,
-            optimizer: torch.optim.Optimizer | None) -> tuple[float, float]:
-    with quiet_logging(module):
-        step_fn, traced_optimizer = traced_step(trainer, module, optimizer)
-        step = step_as_it_is(prediction, module, example, step_fn, traced_optimizer, precision_spec(trainer),
-                             extra_key=step_code_key(module))
-    return batch_cost_factor(prediction, step, trainer.accumulate_grad_batches), step.step_s
+        step = step_now(trainer, module, prediction, example, optimizers[0])
+    return epoch, step_change(prediction, step, after, trainer.accumulate_grad_batches)
 
 
 @contextlib.contextmanager

@@ -168,21 +168,6 @@ def step_as_it_is(prediction: RunPrediction, model: torch.nn.Module, batch: Any,
     return simulate(trace, prediction.device, prediction.coefficients)
 
 
-def batch_cost_factor(prediction: RunPrediction, step: StepPrediction, accumulate: int = 1) -> float:
-    """What a training batch costs with ``step`` in place of the predicted step, as a factor of what
-    it costs now: the steps' difference (the optimizer's once per ``accumulate`` batches) added to
-    the planned batch, whose loop and loader work stay as they are."""
-    def per_batch(s: StepPrediction) -> float:
-        optimizer_s = s.breakdown["phase"].get("optimizer", 0.0)
-        return s.step_s - optimizer_s + optimizer_s / max(1, accumulate)
-
-    plan = prediction.plan
-    batch = plan.train_batch_s + plan.optimizer_step_s / max(1, accumulate)
-    if batch <= 0.0:
-        return 1.0
-    return max(0.0, batch + per_batch(step) - per_batch(prediction.step)) / batch
-
-
 def _forward_of(trace: Trace) -> Trace:
     """A training step's forward alone: what a validation step that cannot be traced (one that counts
     what its model decides with ``int(...)``) stands in for; the same model on a batch of the same kind."""

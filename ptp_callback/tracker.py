@@ -55,10 +55,11 @@ from .notices import OnceWarnings, PrecisionAdvice, PrecisionHazard, PtpWarning
 from .precision import PrecisionSpec
 from .report import communication_note, plan_line, report_line
 from .run_plan import LoaderFacts
-from .run_prediction import CheckpointFacts, RunPrediction, predict_run, run_advice
+from .run_prediction import CheckpointFacts, RunPrediction, predict_run, run_advice, step_as_it_is
 from .run_readouts import RunReadouts
 from .schedule import FitSchedule, FitStart, build_schedule, steps_at
 from .tracer import StepFn
+from .training_parameters import TrainingParametersWatch, training_parameters
 
 __all__ = ["LoopShape", "RunTracker", "TraceInputs", "data_parallel_communication"]
 
@@ -166,6 +167,7 @@ class RunTracker(RunReadouts):
         self._warnings = OnceWarnings(main_process)
         self._bar: Any = None
         self._sync_device: torch.device | None = None
+        self._watch: TrainingParametersWatch | None = None  # the parameters that train
 
     # ------------------------------------------------------------------ failures never break a loop
     def _fail(self, what: str, exc: BaseException) -> None:
@@ -225,6 +227,7 @@ class RunTracker(RunReadouts):
         if inputs.run_device.type == "cuda":
             self._sync_device = inputs.run_device
         if self.prediction is not None:
+            self._watch = TrainingParametersWatch(self.prediction, self.forecaster, self._training_parameters())
             self.plan_note += communication_note(world_size, self.prediction.device.arch)
             self.forecaster.set_plan(self.prediction.plan, self.clock())
             for hazard in self.prediction.trace.hazards:
@@ -299,6 +302,7 @@ class RunTracker(RunReadouts):
             if not self._started:
                 self.begin_training()
             self._check_length()
+            self._follow_training_parameters()
             self.forecaster.epoch_start(clock())
             self._in_epoch, self._left_at = 0, None
         except Exception as exc:  # noqa: BLE001
@@ -318,6 +322,30 @@ class RunTracker(RunReadouts):
             if self._batch_open and self.active:
                 self._batch_ended()
         self._end_epoch()
+
+    def _follow_training_parameters(self) -> None:
+        """At an epoch's start: the batch's cost as the parameters that train now make it (the loop
+        may have unfrozen a backbone since the last epoch), its step traced again if they changed."""
+        inputs, watch = self.inputs, self._watch
+        if inputs is None or watch is None or self.prediction is None:
+            return
+        started = self.clock()
+
+        def step_now() -> Any:
+            with inputs.context():
+                return step_as_it_is(self.prediction, inputs.model, inputs.batch, inputs.step_fn, inputs.optimizer,
+                                     inputs.precision, extra_key=self._extra_key)
+
+        try:
+            watch.check(self._training_parameters(), step_now, self.forecaster.schedule.accumulate)
+        except Exception as exc:  # noqa: BLE001 - the ETA keeps the batch's cost it had
+            self.warn_once("parameters", f"following the parameters that train failed ({type(exc).__name__}: "
+                                         f"{exc}); the ETA keeps the batch's cost")
+        self.forecaster.own_work(self.clock() - started)
+
+    def _training_parameters(self) -> Any:
+        assert self.inputs is not None
+        return training_parameters(self.inputs.model, [self.inputs.optimizer])
 
     def _batch_ended(self) -> None:
         try:
@@ -587,6 +615,8 @@ class RunTracker(RunReadouts):
         if plan is not None and unit == "step" and old_unit == "batch":
             plan = replace(plan, train_batch_s=plan.train_batch_s * self.shape.accumulate)  # a step's micro-batches
         self.forecaster = forecaster
+        if self._watch is not None:
+            self._watch.forecaster = forecaster
         if plan is not None:
             forecaster.set_plan(plan, self.clock())
 

@@ -72,10 +72,10 @@ def test_backbone_finetuning_is_priced_from_the_epoch_it_unfreezes_before_step_o
     (flags, groups, expected, factor) = seen.epochs[0]
     # tracing the unfrozen step left the backbone frozen and the optimizer as it was
     assert flags == {False} and groups == 1
-    position, unfreezing = expected
-    expected_factor = unfreezing.factor
+    position, change = expected
+    expected_factor = change.factor
     assert position == 8 * at_epoch and expected_factor > 1.2 and factor == 1.0
-    assert unfreezing.step_s > ptp.prediction.step.step_s
+    assert change.step_s > ptp.prediction.step.step_s
     # from the epoch it unfroze at, a batch costs what was expected, with no second trace
     flags, groups, expected, factor = seen.epochs[at_epoch]
     assert flags == {True} and groups == 2 and expected is None and factor == expected_factor

@@ -460,3 +460,26 @@ def test_a_plan_of_several_processes_on_a_cpu_says_their_communication_is_not_in
     tracker.begin_training()
     # gloo between a CPU's processes is not predicted; a GPU's all-reduce is (and the plan says nothing)
     assert ("the 2 processes' communication on a CPU is not in it" in tracker.plan_text) == (device == "cpu")
+
+
+def test_a_loop_that_unfreezes_its_backbone_gets_the_batches_priced_again_from_that_epoch():
+    backbone = nn.Sequential(nn.Linear(16, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU())
+    model = nn.Sequential(backbone, nn.Linear(256, 4))
+    backbone.requires_grad_(False)
+    loader = DataLoader(TensorDataset(torch.randn(64, 16), torch.randint(0, 4, (64,))), batch_size=8)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    tracker = ptp.track(model, optimizer, loader, step, epochs=3, advise=False, bar=False, verbose=False)
+    factors = []
+    for epoch in range(3):
+        if epoch == 1:  # the backbone joins the training, as fine-tuning recipes do
+            backbone.requires_grad_(True)
+            optimizer.add_param_group({"params": list(backbone.parameters()), "lr": 1e-4})
+        for batch in tracker.iterate(loader):
+            step(model, batch).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        factors.append(tracker._watch.factor)
+    tracker.close()
+    # the step traced again at the epoch it changed in, not before, and once
+    assert factors[0] == 1.0 and factors[1] > 1.2 and factors[2] == factors[1]
+    assert tracker.forecaster.batches.changed_at is not None

@@ -1,0 +1,104 @@
+"""Which parameters train, and a run's batches priced again when that changes during the run.
+
+Fine-tuning often trains a head first and unfreezes the backbone later (Lightning's
+``BackboneFinetuning``, a loop that sets ``requires_grad`` and adds a parameter group at some
+epoch). A frozen backbone runs no weight gradients and no optimizer updates, so its step costs a
+fraction of the unfrozen one, and a prediction made at the start is of the frozen step. The
+:class:`TrainingParametersWatch` keeps the forecaster's batch cost in step with the parameters that
+train: a change known in advance is priced from where it happens
+(:meth:`~TrainingParametersWatch.expect`), any other is found where the adapter looks (an epoch's
+first batch) and the step traced again (:meth:`~TrainingParametersWatch.check`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .forecast import RunForecaster
+from .predict import StepPrediction
+from .run_prediction import RunPrediction
+
+__all__ = ["StepChange", "TrainingParameters", "TrainingParametersWatch", "batch_cost_factor", "step_change",
+           "training_parameters"]
+
+
+@dataclass(frozen=True)
+class TrainingParameters:
+    """Which parameters train: those that require grad (count, elements) and those the optimizers hold."""
+
+    trainable: int
+    trainable_elements: int
+    optimized: int
+
+
+def training_parameters(model: torch.nn.Module, optimizers: Iterable[Any]) -> TrainingParameters:
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimized = sum(len(group["params"]) for o in optimizers for group in getattr(o, "param_groups", ()))
+    return TrainingParameters(len(params), sum(p.numel() for p in params), optimized)
+
+
+@dataclass(frozen=True)
+class StepChange:
+    """The step after a change of the parameters that train: a training batch's cost as a factor of
+    the one predicted at the start, the predicted step's seconds, and the parameters that train."""
+
+    factor: float
+    step_s: float
+    parameters: TrainingParameters
+
+
+def batch_cost_factor(prediction: RunPrediction, step: StepPrediction, accumulate: int = 1) -> float:
+    """What a training batch costs with ``step`` in place of the predicted step, as a factor of what
+    it costs now: the steps' difference (the optimizer's once per ``accumulate`` batches) added to
+    the planned batch, whose loop and loader work stay as they are."""
+    def per_batch(s: StepPrediction) -> float:
+        optimizer_s = s.breakdown["phase"].get("optimizer", 0.0)
+        return s.step_s - optimizer_s + optimizer_s / max(1, accumulate)
+
+    plan = prediction.plan
+    batch = plan.train_batch_s + plan.optimizer_step_s / max(1, accumulate)
+    if batch <= 0.0:
+        return 1.0
+    return max(0.0, batch + per_batch(step) - per_batch(prediction.step)) / batch
+
+
+def step_change(prediction: RunPrediction, step: StepPrediction, parameters: TrainingParameters,
+                accumulate: int = 1) -> StepChange:
+    return StepChange(batch_cost_factor(prediction, step, accumulate), step.step_s, parameters)
+
+
+class TrainingParametersWatch:
+    """Keeps a forecaster's training batch cost in step with the parameters that train."""
+
+    def __init__(self, prediction: RunPrediction, forecaster: RunForecaster, parameters: TrainingParameters) -> None:
+        self.prediction, self.forecaster, self.parameters = prediction, forecaster, parameters
+        self.factor = 1.0  # of the batch's cost now to the one predicted at the start
+        self.step_s = prediction.step.step_s  # the predicted step as the parameters that train now make it
+        self.expected: tuple[int, StepChange] | None = None  # at which training batch
+
+    def expect(self, position: int, change: StepChange) -> None:
+        """``change`` will happen at the training batch at ``position``: price the batches from there."""
+        self.expected = (position, change)
+        self.forecaster.expect_cost_change(position, change.factor)
+
+    def check(self, now: TrainingParameters, step_now: Callable[[], StepPrediction], accumulate: int = 1) -> None:
+        """Before a training batch: ``now`` are the parameters that train; ``step_now()`` traces the
+        step as they make it, called only when they changed in a way nobody expected."""
+        position, expected = self.expected or (None, None)
+        due = position is not None and self.forecaster.position >= position
+        if now == self.parameters and not due:
+            return
+        self.expected = None  # happened, did not, or something else changed first: the step says
+        if now == self.parameters:
+            change = StepChange(self.factor, self.step_s, now)  # the expected change did not happen
+        elif due and expected is not None and now == expected.parameters:
+            change = expected
+        else:
+            change = step_change(self.prediction, step_now(), now, accumulate)
+        factor = change.factor / self.factor
+        self.parameters, self.step_s, self.factor = now, change.step_s, change.factor
+        self.forecaster.cost_changed(factor)
