@@ -244,6 +244,7 @@ class PrecisionTimeTrainerCallback(TrainerCallback, ExportableState):
         self._bar_owner: ProgressCallback | None = None
         self._last_t = 0.0
         self._in_eval = False
+        self._epoch_began = False  # no step of the epoch that began has begun yet
 
     # ------------------------------------------------------------------------------ the start
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
@@ -334,8 +335,13 @@ class PrecisionTimeTrainerCallback(TrainerCallback, ExportableState):
 
     def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._event("epoch_start")
+        self._epoch_began = True
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self._epoch_began and self.tracker is not None:
+            # after every callback's on_epoch_begin: one of them may have unfrozen a part of the model
+            self._epoch_began = False
+            self.tracker.follow_training_parameters()
         self._event("batch_start")
 
     def on_substep_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

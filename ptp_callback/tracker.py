@@ -302,7 +302,7 @@ class RunTracker(RunReadouts):
             if not self._started:
                 self.begin_training()
             self._check_length()
-            self._follow_training_parameters()
+            self.follow_training_parameters()
             self.forecaster.epoch_start(clock())
             self._in_epoch, self._left_at = 0, None
         except Exception as exc:  # noqa: BLE001
@@ -323,11 +323,12 @@ class RunTracker(RunReadouts):
                 self._batch_ended()
         self._end_epoch()
 
-    def _follow_training_parameters(self) -> None:
+    def follow_training_parameters(self) -> None:
         """At an epoch's start: the batch's cost as the parameters that train now make it (the loop
-        may have unfrozen a backbone since the last epoch), its step traced again if they changed."""
+        may have unfrozen a backbone since the last epoch), its step traced again if they changed
+        (:meth:`iterate` calls it; an adapter whose loop has hooks of its own, at its epoch's first batch)."""
         inputs, watch = self.inputs, self._watch
-        if inputs is None or watch is None or self.prediction is None:
+        if inputs is None or watch is None or self.prediction is None or not self.active or self.closed:
             return
         started = self.clock()
 

@@ -36,9 +36,20 @@ class TrainingParameters:
 
 
 def training_parameters(model: torch.nn.Module, optimizers: Iterable[Any]) -> TrainingParameters:
+    """``optimizers``: optimizers, or what a trace takes for them (clipped gradients, the optimizers
+    of a manual step), ``None`` or a factory (which hold no parameters yet)."""
     params = [p for p in model.parameters() if p.requires_grad]
-    optimized = sum(len(group["params"]) for o in optimizers for group in getattr(o, "param_groups", ()))
+    optimized = sum(len(group["params"]) for o in optimizers for group in _param_groups(o))
     return TrainingParameters(len(params), sum(p.numel() for p in params), optimized)
+
+
+def _param_groups(optimizer: Any) -> list[dict[str, Any]]:
+    if hasattr(optimizer, "param_groups"):
+        return list(optimizer.param_groups)
+    inner = getattr(optimizer, "optimizer", None)  # ClippedGradients, an accelerate AcceleratedOptimizer
+    if inner is not None:
+        return _param_groups(inner)
+    return [g for o in getattr(optimizer, "optimizers", ()) for g in _param_groups(o)]  # ManualOptimization
 
 
 @dataclass(frozen=True)

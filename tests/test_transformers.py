@@ -313,3 +313,33 @@ def test_a_cpu_run_is_planned_with_the_trainers_own_loop_work(tmp_path):
          HF_TRAINER_LOOP.val_batch_ops * small_op_s))
     optimizer_s = prediction.step.breakdown["phase"]["optimizer"]
     assert prediction.plan.optimizer_step_s == pytest.approx(optimizer_s + prediction.host.step_loop_s)
+
+
+def test_blocks_a_callback_unfreezes_at_an_epoch_get_the_steps_priced_again_from_there(tmp_path):
+    import hf_trainer
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer
+
+    class UnfreezeAtEpochOne(TrainerCallback):  # a user's callback, after ours in the list
+        def on_epoch_begin(self, args, state, control, model=None, optimizer=None, lr_scheduler=None, **kwargs):
+            if state.epoch == 1.0:
+                blocks = model.transformer.h
+                blocks.requires_grad_(True)
+                optimizer.add_param_group({"params": list(blocks.parameters()), "lr": 1e-5, "weight_decay": 0.0})
+                lr_scheduler.base_lrs.append(1e-5)  # the schedule goes on for the new group too
+                lr_scheduler.lr_lambdas.append(lr_scheduler.lr_lambdas[0])
+
+    class Factors(TrainerCallback):
+        def __init__(self):
+            self.seen = []
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.seen.append(callback.tracker._watch.factor)
+
+    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=128, n_positions=16))
+    model.transformer.h.requires_grad_(False)  # the Trainer's optimizer holds the embeddings and norms only
+    callback, factors = PrecisionTimeTrainerCallback(advise=False), Factors()
+    Trainer(model=model, args=arguments(tmp_path, num_train_epochs=2, per_device_train_batch_size=4, save_strategy="no"),
+            train_dataset=hf_trainer.RandomTokens(16, 16, 128, seed=0),
+            callbacks=[callback, UnfreezeAtEpochOne(), factors]).train()
+    assert len(factors.seen) == 8 and set(factors.seen[:4]) == {1.0}
+    assert factors.seen[4] > 1.05 and set(factors.seen[4:]) == {factors.seen[4]}  # traced again once, at epoch 1
