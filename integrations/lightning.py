@@ -38,7 +38,7 @@ from ptp_callback.run_prediction import RunPrediction
 from ptp_callback.run_readouts import RunReadouts
 from ptp_callback.training_parameters import TrainingParametersWatch
 
-from .lightning_finetuning import fit_parameters, step_now, watch_fit
+from .lightning_finetuning import expect_unfreezing, fit_parameters, retraced_step
 from .lightning_module import (add_bar_metric, advise_precision, log_eta_metrics, logs_now, plan_notes,
                                precision_spec, predict_fit, time_op_classes)
 from .lightning_schedule import announce_weights_only_saves, fit_forecaster, follow_epoch_start, time_limit_used
@@ -156,8 +156,9 @@ class PrecisionTimeCallback(RunReadouts, Callback):
             self.prediction, self._example = predict_fit(trainer, pl_module, spec, self._checkpoint, self.device,
                                                          forecaster.schedule.sanity_batches or 0)
         if self.prediction is not None:
-            with self._warnings.guard("predicting the backbone's unfreezing", "its batches are measured"):
-                self._watch = watch_fit(trainer, pl_module, self.prediction, self._example, forecaster)
+            self._watch = TrainingParametersWatch(self.prediction, forecaster, fit_parameters(trainer, pl_module))
+            with self._warnings.guard("predicting the backbone's unfreezing", "it is priced when it happens"):
+                expect_unfreezing(self._watch, trainer, pl_module, self._example)
         forecaster.own_work(self.clock() - own)
         if self.prediction is not None:
             now = self.clock()
@@ -225,7 +226,7 @@ class PrecisionTimeCallback(RunReadouts, Callback):
         if batch_idx == 0 and self._watch is not None:
             started = self.clock()
             with self._warnings.guard("following the parameters that train", "the ETA keeps the batch's cost"):
-                self._watch.check(fit_parameters(trainer, pl_module), lambda: step_now(
+                self._watch.check(fit_parameters(trainer, pl_module), lambda: retraced_step(
                     trainer, pl_module, self.prediction, self._example), trainer.accumulate_grad_batches)
             self.forecaster.own_work(self.clock() - started)
         self.forecaster.batch_start(self.clock())
@@ -246,7 +247,7 @@ class PrecisionTimeCallback(RunReadouts, Callback):
             if not refreshed:
                 self.refresh_eta(now, force=True)
             self._logged_step = log_eta_metrics(trainer, self.last_remaining_s,
-                                                self._watch.step_s if self._watch else None,
+                                                self._watch.step_s if self._watch is not None else None,
                                                 forecaster.batches.mean_s())
 
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:

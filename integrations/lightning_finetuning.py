@@ -12,7 +12,6 @@ batch of each epoch, after every callback's ``on_train_epoch_start``
 from __future__ import annotations
 
 import contextlib
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,7 +19,6 @@ import torch
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import BackboneFinetuning, BaseFinetuning
 
-from ptp_callback.forecast import RunForecaster
 from ptp_callback.predict import StepPrediction
 from ptp_callback.run_prediction import RunPrediction, step_as_it_is
 from ptp_callback.training_parameters import (StepChange, TrainingParameters, TrainingParametersWatch, step_change,
@@ -28,30 +26,29 @@ from ptp_callback.training_parameters import (StepChange, TrainingParameters, Tr
 
 from .lightning_module import precision_spec, quiet_logging, step_code_key, traced_step
 
-__all__ = ["expected_unfreezing", "fit_parameters", "step_now", "watch_fit"]
+__all__ = ["expect_unfreezing", "expected_unfreezing", "fit_parameters", "retraced_step"]
 
 
 def fit_parameters(trainer: Trainer, module: LightningModule,
                    optimizers: list[torch.optim.Optimizer] | None = None) -> TrainingParameters:
+    """The parameters that train in the fit: the module's, and those the trainer's optimizers (or
+    ``optimizers``) hold."""
     return training_parameters(module, trainer.optimizers if optimizers is None else optimizers)
 
 
-def watch_fit(trainer: Trainer, module: LightningModule, prediction: RunPrediction, example: Any,
-              forecaster: RunForecaster) -> TrainingParametersWatch:
-    """The watch of this fit's parameters that train, with ``BackboneFinetuning``'s unfreezing
-    expected where it will happen (:func:`expected_unfreezing`)."""
-    watch = TrainingParametersWatch(prediction, forecaster, fit_parameters(trainer, module))
-    expected = expected_unfreezing(trainer, module, prediction, example)
+def expect_unfreezing(watch: TrainingParametersWatch, trainer: Trainer, module: LightningModule,
+                      example: Any) -> None:
+    """Tell ``watch`` of ``BackboneFinetuning``'s unfreezing still to come in this fit (from the
+    first epoch whose start the fit runs: a fit resumed mid-epoch has run its own already)."""
+    schedule = watch.forecaster.schedule
+    first_epoch = schedule.start_epoch + (1 if schedule.start_batch_in_epoch else 0)
+    expected = expected_unfreezing(trainer, module, watch.prediction, example, first_epoch)
     if expected is not None:
-        epoch, change = expected
-        starts, index = forecaster.schedule.epoch_starts, epoch - forecaster.schedule.start_epoch
-        if 0 < index < len(starts):
-            watch.expect(starts[index], change)
-    return watch
+        watch.expect(*expected)
 
 
-def step_now(trainer: Trainer, module: LightningModule, prediction: RunPrediction, example: Any,
-             optimizer: torch.optim.Optimizer | None = None) -> StepPrediction:
+def retraced_step(trainer: Trainer, module: LightningModule, prediction: RunPrediction, example: Any,
+                  optimizer: torch.optim.Optimizer | None = None) -> StepPrediction:
     """The module's training step traced as it is now (``optimizer``: one in place of the first),
     at the costs of ``prediction``."""
     with quiet_logging(module):
@@ -60,25 +57,26 @@ def step_now(trainer: Trainer, module: LightningModule, prediction: RunPredictio
                              extra_key=step_code_key(module))
 
 
-def expected_unfreezing(trainer: Trainer, module: LightningModule, prediction: RunPrediction,
-                        example: Any) -> tuple[int, StepChange] | None:
-    """``BackboneFinetuning``'s unfreezing still to come in this fit: the epoch it happens at, and
-    the step after it. ``None`` when no such callback will unfreeze anything (a subclass with its
-    own ``finetune_function`` unfreezes as it likes: that is found when it happens)."""
+def expected_unfreezing(trainer: Trainer, module: LightningModule, prediction: RunPrediction, example: Any,
+                        first_epoch: int = 0) -> tuple[int, StepChange] | None:
+    """``BackboneFinetuning``'s unfreezing at the start of ``first_epoch`` or a later one of this
+    fit: the epoch it happens at, and the step after it. ``None`` when no such callback will unfreeze
+    anything (a subclass with its own ``finetune_function`` unfreezes as it likes: that is found
+    when it happens)."""
     callback = next((c for c in trainer.callbacks if isinstance(c, BackboneFinetuning)
                      and type(c).finetune_function is BackboneFinetuning.finetune_function), None)
     if callback is None or not trainer.optimizers or not module.automatic_optimization:
         return None
     epoch = callback.unfreeze_backbone_at_epoch
     max_epochs = trainer.fit_loop.max_epochs
-    if epoch <= trainer.current_epoch or max_epochs is not None and 0 <= max_epochs <= epoch:
+    if epoch < first_epoch or max_epochs is not None and 0 <= max_epochs <= epoch:
         return None
     before = fit_parameters(trainer, module)
     with _unfrozen(trainer, module.backbone, callback.train_bn) as optimizers:
         after = fit_parameters(trainer, module, optimizers)
         if after == before:
             return None
-        step = step_now(trainer, module, prediction, example, optimizers[0])
+        step = retraced_step(trainer, module, prediction, example, optimizers[0])
     return epoch, step_change(prediction, step, after, trainer.accumulate_grad_batches)
 
 
@@ -94,10 +92,11 @@ def _unfrozen(trainer: Trainer, backbone: torch.nn.Module, train_bn: bool) -> It
     optimizer = trainer.optimizers[0]
     try:
         BaseFinetuning.make_trainable(modules)
-        with warnings.catch_warnings():  # of parameters the optimizer holds already: the real unfreezing says it
-            warnings.simplefilter("ignore")
-            added = BaseFinetuning.filter_on_optimizer(
-                optimizer, BaseFinetuning.filter_params(modules, train_bn=train_bn, requires_grad=True))
+        # Those not in an optimizer group yet: by identity (Lightning compares values, pairwise, which
+        # costs seconds for a large backbone and is the same for parameters that differ in value).
+        held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        added = [p for p in BaseFinetuning.filter_params(modules, train_bn=train_bn, requires_grad=True)
+                 if id(p) not in held]
         copy = object.__new__(type(optimizer))
         copy.__dict__.update(vars(optimizer))
         copy.param_groups = [*optimizer.param_groups, {**optimizer.param_groups[0], "params": added}] \

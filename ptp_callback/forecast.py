@@ -122,6 +122,7 @@ class _BatchTimes:
         self.seen = 0
         self.settled = False
         self.changed_at: int | None = None  # steady samples before the batch's cost last changed
+        self._warmup_extra_at_change: float | None = None  # the warm-up's excess, measured at the old cost
 
     def add(self, seconds: float) -> None:
         self.seen += 1
@@ -155,17 +156,21 @@ class _BatchTimes:
 
     def rescale(self, factor: float) -> None:
         """The batch's cost changes by ``factor`` from the next batch on (other parameters train):
-        the batches so far stand for the new cost, scaled, until enough are measured at it."""
+        the batches so far stand for the new cost, scaled, until enough are measured at it. The
+        warm-up's excess is time spent at the old cost: it stays as it was measured."""
+        if self.seen:
+            self._warmup_extra_at_change = self.warmup_extra_s()
         self.cumulative = array("d", (c * factor for c in self.cumulative))
         self.early = [s * factor for s in self.early]
-        self.warmup = [s * factor for s in self.warmup]
-        self.changed_at = len(self.cumulative) - 1
+        self.changed_at = len(self.cumulative) - 1 + len(self.early)  # (the early ones settle into it)
 
     @property
     def samples(self) -> int:
         return len(self.cumulative) - 1 or len(self.early)
 
     def warmup_extra_s(self) -> float:
+        if self._warmup_extra_at_change is not None:
+            return self._warmup_extra_at_change
         steady = self.mean_s()
         if steady is None:
             return 0.0
@@ -267,7 +272,7 @@ class RunForecaster:
         self._time_stop_at: int | None = None  # the position at whose batch's end max_time ran out
         self._train_end_t: float | None = None
         self._last_save_t: float | None = None
-        self._cost_change: tuple[int, float] | None = None  # (position, factor) a batch's cost changes at
+        self._cost_change: tuple[int, float] | None = None  # (epoch, factor): a batch's cost changes from it
 
     # ------------------------------------------------------------------------------ set-up
     def set_plan(self, plan: RunPlan | None, now: float | None = None) -> None:
@@ -424,22 +429,28 @@ class RunForecaster:
                              f"the fit is at {self.position}")
         self.schedule, self.saves, self.relayout = schedule, tuple(sorted(saves)), None
 
-    def expect_cost_change(self, position: int, factor: float) -> None:
-        """From the training batch at ``position`` on, a batch costs ``factor`` times what it does
-        now (``BackboneFinetuning`` unfreezes the backbone at an epoch's start)."""
-        self._cost_change = (position, factor) if position > self.position else None
-        if self._cost_change is None:
-            self.cost_changed(factor)
+    def expect_cost_change(self, epoch: int, factor: float) -> None:
+        """From the first training batch of ``epoch`` on, a batch will cost ``factor`` times what it
+        does now (``BackboneFinetuning`` unfreezes the backbone at an epoch's start): priced so
+        until :meth:`cost_changed` says it happened (or did not)."""
+        self._cost_change = (epoch, factor)
+
+    def epoch_start_position(self, epoch: int) -> int | None:
+        """The position of ``epoch``'s first training batch in this fit's layout (``None``: past it)."""
+        starts, index = self.schedule.epoch_starts, epoch - self.schedule.start_epoch
+        if index < 0:
+            return self.schedule.start_batch
+        return starts[index] if index < len(starts) else None
 
     def cost_changed(self, factor: float) -> None:
         """From the next training batch on, a batch costs ``factor`` times what it did: the batches
-        measured so far, an earlier run's and the plan's batch stand for the new cost, scaled."""
+        measured so far and the plan's batch stand for the new cost, scaled. (An earlier run's
+        batch, measured at whatever trained then, is dropped: this run's batches replace it soon.)"""
         self._cost_change = None
         if factor == 1.0:
             return
         self.batches.rescale(factor)
-        if "train" in self._prior:
-            self._prior["train"] *= factor
+        self._prior.pop("train", None)
         if self.plan is not None:
             self.plan = replace(self.plan, train_batch_s=self.plan.train_batch_s * factor,
                                 optimizer_step_s=self.plan.optimizer_step_s * factor)
@@ -751,10 +762,8 @@ class RunForecaster:
                 extra = min(left[kind], max(0.0, first - max(spent, unit)))
                 left[kind] -= extra
                 left["warmup"] = extra
-        change = self._cost_change
-        if change is not None and counts["train"] and s.total_batches is not None:
-            after = s.total_batches - max(change[0], self.position)
-            left["train"] += max(0, after) * (change[1] - 1.0) * train_unit
+        left["train"] *= self._expected_change_scale(counts["train"])
+        train_unit *= self._expected_change_scale(counts["train"])
         forks = self._val_forks_left()
         if forks:
             measured = self._val_forks
@@ -769,6 +778,18 @@ class RunForecaster:
         if s.max_time_s is not None:
             self._cap_by_max_time(left, now, counts, next_left)
         return left
+
+    def _expected_change_scale(self, batches_left: float | None) -> float:
+        """The mean cost of the training batches left, as a share of the batch's cost now, with the
+        expected cost change (:meth:`expect_cost_change`) in the batches from its epoch on."""
+        change = self._cost_change
+        if change is None or not batches_left or self.schedule.total_batches is None:
+            return 1.0
+        start = self.epoch_start_position(change[0])
+        if start is None:
+            return 1.0
+        after = max(0, self.schedule.total_batches - max(start, self.position))
+        return 1.0 + (change[1] - 1.0) * min(1.0, after / batches_left)
 
     def _time_saves_left(self, left: dict[str, float], counts: dict[str, float | None], batch_s: float,
                          now: float) -> int:
@@ -858,6 +879,7 @@ class RunForecaster:
             if whole and cycle.total_batches > whole[0]:
                 base, period = whole[0], cycle.total_batches - whole[0]
         unit = {kind: self._unit(kind)[0] or 0.0 for kind in ("train", "val", "epoch", "save")}
+        unit["train"] *= self._expected_change_scale(self._counts_left()["train"])
         if unit["train"] <= 0:
             return None
         ahead = Ahead(self.position, s.total_batches, vals, saves, epochs, {}, {}, unit, period, base, self.first_batch)

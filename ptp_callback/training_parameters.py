@@ -63,9 +63,9 @@ class StepChange:
 
 
 def batch_cost_factor(prediction: RunPrediction, step: StepPrediction, accumulate: int = 1) -> float:
-    """What a training batch costs with ``step`` in place of the predicted step, as a factor of what
-    it costs now: the steps' difference (the optimizer's once per ``accumulate`` batches) added to
-    the planned batch, whose loop and loader work stay as they are."""
+    """What a training batch costs with ``step`` in place of the step ``prediction`` predicted, as a
+    factor of its planned batch: the steps' difference (the optimizer's once per ``accumulate``
+    batches) added to it, its loop and loader work kept as they are."""
     def per_batch(s: StepPrediction) -> float:
         optimizer_s = s.breakdown["phase"].get("optimizer", 0.0)
         return s.step_s - optimizer_s + optimizer_s / max(1, accumulate)
@@ -89,27 +89,29 @@ class TrainingParametersWatch:
         self.prediction, self.forecaster, self.parameters = prediction, forecaster, parameters
         self.factor = 1.0  # of the batch's cost now to the one predicted at the start
         self.step_s = prediction.step.step_s  # the predicted step as the parameters that train now make it
-        self.expected: tuple[int, StepChange] | None = None  # at which training batch
+        self.expected: tuple[int, StepChange] | None = None  # from the start of which epoch
 
-    def expect(self, position: int, change: StepChange) -> None:
-        """``change`` will happen at the training batch at ``position``: price the batches from there."""
-        self.expected = (position, change)
-        self.forecaster.expect_cost_change(position, change.factor)
+    def expect(self, epoch: int, change: StepChange) -> None:
+        """``change`` will happen at the start of ``epoch``: price the batches from there."""
+        self.expected = (epoch, change)
+        self.forecaster.expect_cost_change(epoch, change.factor)
 
     def check(self, now: TrainingParameters, step_now: Callable[[], StepPrediction], accumulate: int = 1) -> None:
         """Before a training batch: ``now`` are the parameters that train; ``step_now()`` traces the
         step as they make it, called only when they changed in a way nobody expected."""
-        position, expected = self.expected or (None, None)
-        due = position is not None and self.forecaster.position >= position
+        epoch, expected = self.expected or (None, None)
+        start = self.forecaster.epoch_start_position(epoch) if epoch is not None else None
+        due = start is not None and self.forecaster.position >= start
         if now == self.parameters and not due:
             return
         self.expected = None  # happened, did not, or something else changed first: the step says
-        if now == self.parameters:
+        before, self.parameters = self.parameters, now  # (a step that cannot be traced is not tried again)
+        if now == before:
             change = StepChange(self.factor, self.step_s, now)  # the expected change did not happen
         elif due and expected is not None and now == expected.parameters:
             change = expected
         else:
             change = step_change(self.prediction, step_now(), now, accumulate)
         factor = change.factor / self.factor
-        self.parameters, self.step_s, self.factor = now, change.step_s, change.factor
+        self.step_s, self.factor = change.step_s, change.factor
         self.forecaster.cost_changed(factor)

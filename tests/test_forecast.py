@@ -769,7 +769,7 @@ def test_a_change_of_the_batch_cost_expected_at_an_epoch_prices_the_batches_from
     forecaster.fit_start(0.0)
     forecaster.set_plan(RunPlan(train_batch_s=1.0), 0.0)
     base = forecaster.remaining_s(0.0)
-    forecaster.expect_cost_change(10, 3.0)  # the second epoch's batches cost 3x
+    forecaster.expect_cost_change(1, 3.0)  # the second epoch's batches cost 3x
     assert forecaster.remaining_s(0.0) == pytest.approx(base + 10 * 2.0)
     t = run_batches(forecaster, 0.0, 10, 1.0)
     assert forecaster.remaining_s(t) == pytest.approx(10 * 3.0)
@@ -796,7 +796,66 @@ def test_an_expected_cost_change_that_does_not_happen_is_dropped():
     forecaster = RunForecaster(schedule, warmup_batches=0)
     forecaster.fit_start(0.0)
     forecaster.set_plan(RunPlan(train_batch_s=1.0), 0.0)
-    forecaster.expect_cost_change(10, 3.0)
+    forecaster.expect_cost_change(1, 3.0)
     t = run_batches(forecaster, 0.0, 10, 1.0)
     forecaster.cost_changed(1.0)
     assert forecaster.remaining_s(t) == pytest.approx(10 * 1.0) and forecaster.batches.changed_at is None
+
+
+def test_an_expected_cost_change_counts_in_the_time_a_limit_leaves():
+    schedule = schedule_of(max_epochs=3, val_batches_per_run=0, val_check_batch=None, sanity_batches=0,
+                           max_time_s=40.0)
+    forecaster = RunForecaster(schedule, warmup_batches=0)
+    forecaster.fit_start(0.0)
+    forecaster.set_plan(RunPlan(train_batch_s=1.0), 0.0)
+    forecaster.train_start(0.0)
+    assert forecaster.remaining_s(0.0) == pytest.approx(30.0)  # the epochs end first
+    forecaster.expect_cost_change(1, 3.0)  # 10 + 20 x 3 = 70 s of batches: the limit stops the fit
+    assert 40.0 <= forecaster.remaining_s(0.0) <= 42.0
+
+
+def test_an_expected_cost_change_stays_at_its_epoch_when_the_fit_is_laid_out_again():
+    schedule = schedule_of(max_epochs=3, val_batches_per_run=0, val_check_batch=None, sanity_batches=0)
+    forecaster = RunForecaster(schedule, warmup_batches=0)
+    forecaster.fit_start(0.0)
+    forecaster.set_plan(RunPlan(train_batch_s=1.0), 0.0)
+    forecaster.expect_cost_change(2, 3.0)
+    t = run_batches(forecaster, 0.0, 10, 1.0)
+    # the loader reloaded with epochs of 5 batches: the third epoch starts at batch 15 now
+    shorter = schedule_of(batches_per_epoch=5, max_epochs=3, val_batches_per_run=0, val_check_batch=None,
+                          sanity_batches=0, start=FitStart(position=10, step=10, epoch=1, epochs_counted=1))
+    forecaster.continue_with(shorter, ())
+    assert forecaster.remaining_s(t) == pytest.approx(5 * 1.0 + 5 * 3.0)
+
+
+def test_the_warmup_measured_before_a_cost_change_stays_as_measured():
+    schedule = schedule_of(max_epochs=4, val_batches_per_run=0, val_check_batch=None, sanity_batches=0)
+    forecaster = RunForecaster(schedule, warmup_batches=2)
+    forecaster.fit_start(0.0)
+    t = run_batches(forecaster, 0.0, 2, 4.0)  # two warm-up batches, 3 s over a steady one each
+    t = run_batches(forecaster, t, 18, 1.0)
+    assert forecaster.batches.warmup_extra_s() == pytest.approx(6.0)
+    forecaster.cost_changed(3.0)
+    run_batches(forecaster, t, 12, 3.0)
+    assert forecaster.batches.warmup_extra_s() == pytest.approx(6.0)
+
+
+def test_batches_not_yet_settled_at_a_cost_change_count_as_measured_at_the_old_cost():
+    schedule = schedule_of(max_epochs=10, val_batches_per_run=0, val_check_batch=None, sanity_batches=0)
+    forecaster = RunForecaster(schedule, warmup_batches=0)
+    forecaster.fit_start(0.0)
+    t = run_batches(forecaster, 0.0, 3, 1.0)  # fewer than settle the steady batch time
+    forecaster.cost_changed(3.0)  # predicted 3x ...
+    run_batches(forecaster, t, 10, 2.0)  # ... measured 2x
+    assert forecaster.batches.mean_s(50) == pytest.approx(2.0)
+
+
+def test_an_earlier_runs_batch_is_dropped_at_a_cost_change():
+    schedule = schedule_of(max_epochs=2, val_batches_per_run=0, val_check_batch=None, sanity_batches=0)
+    forecaster = RunForecaster(schedule, warmup_batches=0)
+    forecaster.load_state_dict({"units": {"train": 0.5}})  # measured by the run that saved, at whatever trained then
+    forecaster.fit_start(0.0)
+    forecaster.set_plan(RunPlan(train_batch_s=1.0), 0.0)
+    assert forecaster.remaining_s(0.0) == pytest.approx(20 * 0.5)
+    forecaster.cost_changed(3.0)
+    assert forecaster.remaining_s(0.0) == pytest.approx(20 * 3.0)

@@ -41,18 +41,24 @@ class UnfreezesAtEpochOne(BaseFinetuning):
 
 
 class SeenAtFirstBatch(L.Callback):
-    """What the first training batch of each epoch sees: the backbone's flags, the optimizer's
-    groups, and the change the callback expects."""
+    """What training's start and the first training batch of each epoch see: the backbone's flags,
+    the optimizer's groups, and the change the callback expects and the factor it applies."""
 
     def __init__(self, ptp: PrecisionTimeCallback) -> None:
-        self.ptp, self.epochs = ptp, []
+        self.ptp, self.start, self.epochs = ptp, None, []
+
+    def _seen(self, trainer, pl_module):
+        # (its batch norm trains throughout: BackboneFinetuning's train_bn=True)
+        flags = {p.requires_grad for m in pl_module.backbone if isinstance(m, nn.Linear) for p in m.parameters()}
+        watch = self.ptp._watch
+        return flags, len(trainer.optimizers[0].param_groups), watch.expected, watch.factor
+
+    def on_train_start(self, trainer, pl_module):
+        self.start = self._seen(trainer, pl_module)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         if batch_idx == 0:
-            # (its batch norm trains throughout: BackboneFinetuning's train_bn=True)
-            flags = {p.requires_grad for m in pl_module.backbone if isinstance(m, nn.Linear) for p in m.parameters()}
-            watch = self.ptp._watch
-            self.epochs.append((flags, len(trainer.optimizers[0].param_groups), watch.expected, watch.factor))
+            self.epochs.append(self._seen(trainer, pl_module))
 
 
 def fit(callbacks: list, ptp: PrecisionTimeCallback) -> SeenAtFirstBatch:
@@ -65,16 +71,17 @@ def fit(callbacks: list, ptp: PrecisionTimeCallback) -> SeenAtFirstBatch:
     return seen
 
 
-@pytest.mark.parametrize("at_epoch", [1, 2])
+@pytest.mark.parametrize("at_epoch", [0, 1, 2])
 def test_backbone_finetuning_is_priced_from_the_epoch_it_unfreezes_before_step_one(at_epoch):
     ptp = PrecisionTimeCallback(device="cpu", advise=False)
     seen = fit([BackboneFinetuning(unfreeze_backbone_at_epoch=at_epoch)], ptp)
-    (flags, groups, expected, factor) = seen.epochs[0]
+    flags, groups, expected, factor = seen.start
     # tracing the unfrozen step left the backbone frozen and the optimizer as it was
     assert flags == {False} and groups == 1
-    position, change = expected
+    epoch, change = expected
     expected_factor = change.factor
-    assert position == 8 * at_epoch and expected_factor > 1.2 and factor == 1.0
+    assert epoch == at_epoch and expected_factor > 1.2 and factor == 1.0
+    assert ptp.forecaster.epoch_start_position(epoch) == 8 * at_epoch
     assert change.step_s > ptp.prediction.step.step_s
     # from the epoch it unfroze at, a batch costs what was expected, with no second trace
     flags, groups, expected, factor = seen.epochs[at_epoch]
@@ -94,3 +101,22 @@ def test_a_fit_that_ends_before_the_backbone_unfreezes_expects_nothing():
     ptp = PrecisionTimeCallback(device="cpu", advise=False)
     seen = fit([BackboneFinetuning(unfreeze_backbone_at_epoch=3)], ptp)
     assert {e[2] for e in seen.epochs} == {None} and {e[3] for e in seen.epochs} == {1.0}
+
+
+def test_a_fit_resumed_at_the_epoch_the_backbone_unfreezes_expects_it(tmp_path):
+    data = DataLoader(TensorDataset(torch.randn(128, 64), torch.randint(0, 4, (128,))), batch_size=16)
+
+    def trainer(epochs: int, callbacks: list) -> L.Trainer:
+        return L.Trainer(accelerator="cpu", max_epochs=epochs, limit_train_batches=8, logger=False,
+                         enable_model_summary=False, enable_progress_bar=False, default_root_dir=tmp_path,
+                         callbacks=callbacks)
+
+    first = trainer(1, [BackboneFinetuning(unfreeze_backbone_at_epoch=1)])
+    first.fit(WithBackbone(), data)  # saves at the end of epoch 0, the backbone still frozen
+    ptp = PrecisionTimeCallback(device="cpu", advise=False)
+    seen = SeenAtFirstBatch(ptp)
+    trainer(3, [ptp, BackboneFinetuning(unfreeze_backbone_at_epoch=1), seen]).fit(
+        WithBackbone(), data, ckpt_path=first.checkpoint_callback.best_model_path)
+    epoch, change = seen.start[2]
+    assert epoch == 1 and ptp.forecaster.epoch_start_position(1) == 8
+    assert seen.epochs[0][3] == change.factor > 1.2  # applied at its first batch, as expected
