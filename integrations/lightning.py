@@ -223,13 +223,22 @@ class PrecisionTimeCallback(RunReadouts, Callback):
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
         if not self._active:
             return
-        if batch_idx == 0 and self._watch is not None:
-            started = self.clock()
-            with self._warnings.guard("following the parameters that train", "the ETA keeps the batch's cost"):
-                self._watch.check(fit_parameters(trainer, pl_module), lambda: retraced_step(
-                    trainer, pl_module, self.prediction, self._example), trainer.accumulate_grad_batches)
-            self.forecaster.own_work(self.clock() - started)
+        if batch_idx == 0:
+            self._follow_parameters(trainer, pl_module)
         self.forecaster.batch_start(self.clock())
+
+    def _follow_parameters(self, trainer: Trainer, pl_module: LightningModule, now: float | None = None) -> bool:
+        """The batch's cost as the parameters that train now make it: at each epoch's first batch
+        (after every callback's epoch start), and inside an epoch (``now``) when the ETA is
+        recomputed, at most once a second; ``True`` when it changed."""
+        if self._watch is None or now is not None and not self._watch.look_due(now):
+            return False
+        started, changed = self.clock(), False
+        with self._warnings.guard("following the parameters that train", "the ETA keeps the batch's cost"):
+            changed = self._watch.check(fit_parameters(trainer, pl_module), lambda: retraced_step(
+                trainer, pl_module, self.prediction, self._example), trainer.accumulate_grad_batches)
+        self.forecaster.own_work(self.clock() - started)
+        return changed
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
@@ -243,6 +252,8 @@ class PrecisionTimeCallback(RunReadouts, Callback):
         now = self.clock()
         forecaster.batch_end(now)
         refreshed = self.refresh_eta(now)
+        if refreshed and self._follow_parameters(trainer, pl_module, now):  # (a change inside an epoch)
+            self.refresh_eta(force=True)
         if logs_now(trainer, self._logged_step):
             if not refreshed:
                 self.refresh_eta(now, force=True)

@@ -5,8 +5,8 @@ parameters to the first optimizer as a group of their own. Its step is traced at
 callback will make it (the backbone trainable, its parameters in the optimizer; the real flags are
 set back at once), so that the batches from that epoch on are priced before step one. Any other
 change (a ``BaseFinetuning`` of the user's, a hook that sets ``requires_grad``) is found at the first
-batch of each epoch, after every callback's ``on_train_epoch_start``
-(:class:`~ptp_callback.training_parameters.TrainingParametersWatch`).
+batch of each epoch, after every callback's ``on_train_epoch_start``, or inside an epoch when the
+ETA is next recomputed (:class:`~ptp_callback.training_parameters.TrainingParametersWatch`).
 """
 
 from __future__ import annotations

@@ -323,14 +323,18 @@ class RunTracker(RunReadouts):
                 self._batch_ended()
         self._end_epoch()
 
-    def follow_training_parameters(self) -> None:
-        """At an epoch's start: the batch's cost as the parameters that train now make it (the loop
-        may have unfrozen a backbone since the last epoch), its step traced again if they changed
-        (:meth:`iterate` calls it; an adapter whose loop has hooks of its own, at its epoch's first batch)."""
+    def follow_training_parameters(self, now: float | None = None) -> bool:
+        """The batch's cost as the parameters that train now make it (the loop may have unfrozen a
+        backbone), its step traced again if they changed; ``True`` when the cost changed. At each
+        epoch's start (:meth:`iterate`; an adapter whose loop has hooks of its own, at its epoch's
+        first batch), and inside an epoch (``now``) when the ETA is recomputed (:meth:`refresh`), at
+        most once a second."""
         inputs, watch = self.inputs, self._watch
         if inputs is None or watch is None or self.prediction is None or not self.active or self.closed:
-            return
-        started = self.clock()
+            return False
+        if now is not None and not watch.look_due(now):
+            return False
+        started, changed = self.clock(), False
 
         def step_now() -> Any:
             with inputs.context():
@@ -338,11 +342,12 @@ class RunTracker(RunReadouts):
                                      inputs.precision, extra_key=self._extra_key)
 
         try:
-            watch.check(self._training_parameters(), step_now, self.forecaster.schedule.accumulate)
+            changed = watch.check(self._training_parameters(), step_now, self.forecaster.schedule.accumulate)
         except Exception as exc:  # noqa: BLE001 - the ETA keeps the batch's cost it had
             self.warn_once("parameters", f"following the parameters that train failed ({type(exc).__name__}: "
                                          f"{exc}); the ETA keeps the batch's cost")
         self.forecaster.own_work(self.clock() - started)
+        return changed
 
     def _training_parameters(self) -> Any:
         assert self.inputs is not None
@@ -487,6 +492,8 @@ class RunTracker(RunReadouts):
         try:
             if not self.refresh_eta(now, force):
                 return
+            if self.follow_training_parameters(self.clock() if now is None else now):  # (a change inside an epoch)
+                self.refresh_eta(force=True)
         except Exception as exc:  # noqa: BLE001 - never break the loop
             self._fail("computing the ETA", exc)
             return

@@ -7,10 +7,13 @@ fraction of the unfrozen one, and a prediction made at the start is of the froze
 :class:`TrainingParametersWatch` keeps the forecaster's batch cost in step with the parameters that
 train: a change known in advance is priced from where it happens
 (:meth:`~TrainingParametersWatch.expect`), any other is found where the adapter looks (an epoch's
-first batch) and the step traced again (:meth:`~TrainingParametersWatch.check`).
+first batch, and each time the ETA is recomputed: about once a second) and the step traced again
+(:meth:`~TrainingParametersWatch.check`).
 """
 
 from __future__ import annotations
+
+import math
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -21,6 +24,10 @@ import torch
 from .forecast import RunForecaster
 from .predict import StepPrediction
 from .run_prediction import RunPrediction
+
+# Inside an epoch the parameters are looked at no more often than this (when the ETA is recomputed):
+# a look costs 10-30 us, and a change found a second late costs the ETA a second's batches.
+LOOK_EVERY_S = 1.0
 
 __all__ = ["StepChange", "TrainingParameters", "TrainingParametersWatch", "batch_cost_factor", "step_change",
            "training_parameters"]
@@ -90,20 +97,29 @@ class TrainingParametersWatch:
         self.factor = 1.0  # of the batch's cost now to the one predicted at the start
         self.step_s = prediction.step.step_s  # the predicted step as the parameters that train now make it
         self.expected: tuple[int, StepChange] | None = None  # from the start of which epoch
+        self._looked_at = -math.inf
+
+    def look_due(self, now: float) -> bool:
+        """Whether to look at the parameters inside an epoch at ``now`` (:data:`LOOK_EVERY_S`)."""
+        if now - self._looked_at < LOOK_EVERY_S:
+            return False
+        self._looked_at = now
+        return True
 
     def expect(self, epoch: int, change: StepChange) -> None:
         """``change`` will happen at the start of ``epoch``: price the batches from there."""
         self.expected = (epoch, change)
         self.forecaster.expect_cost_change(epoch, change.factor)
 
-    def check(self, now: TrainingParameters, step_now: Callable[[], StepPrediction], accumulate: int = 1) -> None:
-        """Before a training batch: ``now`` are the parameters that train; ``step_now()`` traces the
-        step as they make it, called only when they changed in a way nobody expected."""
+    def check(self, now: TrainingParameters, step_now: Callable[[], StepPrediction], accumulate: int = 1) -> bool:
+        """Between training batches: ``now`` are the parameters that train; ``step_now()`` traces the
+        step as they make it, called only when they changed in a way nobody expected. ``True`` when
+        the batch's cost was set again."""
         epoch, expected = self.expected or (None, None)
         start = self.forecaster.epoch_start_position(epoch) if epoch is not None else None
         due = start is not None and self.forecaster.position >= start
         if now == self.parameters and not due:
-            return
+            return False
         self.expected = None  # happened, did not, or something else changed first: the step says
         before, self.parameters = self.parameters, now  # (a step that cannot be traced is not tried again)
         if now == before:
@@ -115,3 +131,4 @@ class TrainingParametersWatch:
         factor = change.factor / self.factor
         self.step_s, self.factor = change.step_s, change.factor
         self.forecaster.cost_changed(factor)
+        return True

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import lightning as L
 import pytest
 import torch
@@ -120,3 +122,37 @@ def test_a_fit_resumed_at_the_epoch_the_backbone_unfreezes_expects_it(tmp_path):
     epoch, change = seen.start[2]
     assert epoch == 1 and ptp.forecaster.epoch_start_position(1) == 8
     assert seen.epochs[0][3] == change.factor > 1.2  # applied at its first batch, as expected
+
+
+class UnfreezesAtBatch(BaseFinetuning):
+    """Unfreezes the backbone before the training batch at ``position`` (a step-based schedule)."""
+
+    def __init__(self, position: int) -> None:
+        super().__init__()
+        self.position = position
+
+    def freeze_before_training(self, pl_module):
+        self.freeze(pl_module.backbone)
+
+    def finetune_function(self, pl_module, epoch, optimizer):
+        pass
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.fit_loop.total_batch_idx == self.position:
+            self.unfreeze_and_add_param_group(pl_module.backbone, trainer.optimizers[0])
+
+
+def test_an_unfreezing_inside_an_epoch_is_found_when_the_eta_is_next_recomputed():
+    ticks = itertools.count()  # a clock a second on at each reading: the ETA recomputed at every batch's end
+    ptp = PrecisionTimeCallback(device="cpu", advise=False, refresh_s=0.0, clock=lambda: float(next(ticks)))
+
+    class Factors(L.Callback):
+        def __init__(self):
+            self.seen = []
+
+        def on_train_batch_end(self, trainer, *args):
+            self.seen.append(ptp._watch.factor)
+
+    factors = Factors()
+    fit([UnfreezesAtBatch(12), factors], ptp)
+    assert set(factors.seen[:12]) == {1.0} and factors.seen[12] > 1.2  # at that batch's end, not at epoch 2

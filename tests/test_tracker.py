@@ -483,3 +483,25 @@ def test_a_loop_that_unfreezes_its_backbone_gets_the_batches_priced_again_from_t
     # the step traced again at the epoch it changed in, not before, and once
     assert factors[0] == 1.0 and factors[1] > 1.2 and factors[2] == factors[1]
     assert tracker.forecaster.batches.changed_at is not None
+
+
+def test_a_backbone_unfrozen_inside_an_epoch_is_found_when_the_eta_is_next_recomputed():
+    clock = Clock()
+    backbone = nn.Sequential(nn.Linear(16, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU())
+    model = nn.Sequential(backbone, nn.Linear(256, 4))
+    backbone.requires_grad_(False)
+    loader = DataLoader(TensorDataset(torch.randn(80, 16), torch.randint(0, 4, (80,))), batch_size=8)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    tracker = ptp.track(model, optimizer, loader, step, epochs=3, advise=False, bar=False, verbose=False, clock=clock)
+    factors = []
+    for epoch in range(3):
+        for i, batch in enumerate(tracker.iterate(loader)):
+            if epoch == 1 and i == 5:  # a step-based schedule: the backbone joins mid-epoch
+                backbone.requires_grad_(True)
+                optimizer.add_param_group({"params": list(backbone.parameters()), "lr": 1e-4})
+            clock.t += 1.0  # (virtual seconds: the ETA is recomputed after each batch)
+            factors.append(tracker._watch.factor)  # as the end of the batch before left it
+    tracker.close()
+    # found at that batch's end, not at the next epoch's start, where it would count the batches
+    # measured at the new cost as measured at the old one
+    assert set(factors[:16]) == {1.0} and factors[16] > 1.2 and set(factors[16:]) == {factors[16]}
