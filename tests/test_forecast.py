@@ -763,11 +763,19 @@ def test_a_schedule_continued_with_longer_epochs_counts_them_from_their_start():
     assert forecaster.stopped_early == (25, 70)
 
 
-def test_a_change_of_the_batch_cost_expected_at_an_epoch_prices_the_batches_from_there():
-    schedule = schedule_of(max_epochs=2, val_batches_per_run=0, val_check_batch=None, sanity_batches=0)
-    forecaster = RunForecaster(schedule, warmup_batches=0)
+def batches_only(plan_batch_s: float | None = None, warmup_batches: int = 0, **overrides) -> RunForecaster:
+    """A started forecaster of a fit of training batches alone (10 an epoch), with a plan of
+    ``plan_batch_s`` a batch when given."""
+    schedule = schedule_of(val_batches_per_run=0, val_check_batch=None, sanity_batches=0, **overrides)
+    forecaster = RunForecaster(schedule, warmup_batches=warmup_batches)
     forecaster.fit_start(0.0)
-    forecaster.set_plan(RunPlan(train_batch_s=1.0), 0.0)
+    if plan_batch_s is not None:
+        forecaster.set_plan(RunPlan(train_batch_s=plan_batch_s), 0.0)
+    return forecaster
+
+
+def test_a_change_of_the_batch_cost_expected_at_an_epoch_prices_the_batches_from_there():
+    forecaster = batches_only(1.0, max_epochs=2)
     base = forecaster.remaining_s(0.0)
     forecaster.expect_cost_change(1, 3.0)  # the second epoch's batches cost 3x
     assert forecaster.remaining_s(0.0) == pytest.approx(base + 10 * 2.0)
@@ -778,9 +786,7 @@ def test_a_change_of_the_batch_cost_expected_at_an_epoch_prices_the_batches_from
 
 
 def test_after_a_cost_change_the_batches_measured_at_the_new_cost_decide_once_there_are_enough():
-    schedule = schedule_of(max_epochs=10, val_batches_per_run=0, val_check_batch=None, sanity_batches=0)
-    forecaster = RunForecaster(schedule, warmup_batches=0)
-    forecaster.fit_start(0.0)
+    forecaster = batches_only(max_epochs=10)
     t = run_batches(forecaster, 0.0, 30, 1.0)
     forecaster.cost_changed(3.0)  # predicted 3x ...
     assert forecaster.batches.mean_s(70) == pytest.approx(3.0)
@@ -792,10 +798,7 @@ def test_after_a_cost_change_the_batches_measured_at_the_new_cost_decide_once_th
 
 
 def test_an_expected_cost_change_that_does_not_happen_is_dropped():
-    schedule = schedule_of(max_epochs=2, val_batches_per_run=0, val_check_batch=None, sanity_batches=0)
-    forecaster = RunForecaster(schedule, warmup_batches=0)
-    forecaster.fit_start(0.0)
-    forecaster.set_plan(RunPlan(train_batch_s=1.0), 0.0)
+    forecaster = batches_only(1.0, max_epochs=2)
     forecaster.expect_cost_change(1, 3.0)
     t = run_batches(forecaster, 0.0, 10, 1.0)
     forecaster.cost_changed(1.0)
@@ -803,11 +806,7 @@ def test_an_expected_cost_change_that_does_not_happen_is_dropped():
 
 
 def test_an_expected_cost_change_counts_in_the_time_a_limit_leaves():
-    schedule = schedule_of(max_epochs=3, val_batches_per_run=0, val_check_batch=None, sanity_batches=0,
-                           max_time_s=40.0)
-    forecaster = RunForecaster(schedule, warmup_batches=0)
-    forecaster.fit_start(0.0)
-    forecaster.set_plan(RunPlan(train_batch_s=1.0), 0.0)
+    forecaster = batches_only(1.0, max_epochs=3, max_time_s=40.0)
     forecaster.train_start(0.0)
     assert forecaster.remaining_s(0.0) == pytest.approx(30.0)  # the epochs end first
     forecaster.expect_cost_change(1, 3.0)  # 10 + 20 x 3 = 70 s of batches: the limit stops the fit
@@ -815,10 +814,7 @@ def test_an_expected_cost_change_counts_in_the_time_a_limit_leaves():
 
 
 def test_an_expected_cost_change_stays_at_its_epoch_when_the_fit_is_laid_out_again():
-    schedule = schedule_of(max_epochs=3, val_batches_per_run=0, val_check_batch=None, sanity_batches=0)
-    forecaster = RunForecaster(schedule, warmup_batches=0)
-    forecaster.fit_start(0.0)
-    forecaster.set_plan(RunPlan(train_batch_s=1.0), 0.0)
+    forecaster = batches_only(1.0, max_epochs=3)
     forecaster.expect_cost_change(2, 3.0)
     t = run_batches(forecaster, 0.0, 10, 1.0)
     # the loader reloaded with epochs of 5 batches: the third epoch starts at batch 15 now
@@ -829,9 +825,7 @@ def test_an_expected_cost_change_stays_at_its_epoch_when_the_fit_is_laid_out_aga
 
 
 def test_the_warmup_measured_before_a_cost_change_stays_as_measured():
-    schedule = schedule_of(max_epochs=4, val_batches_per_run=0, val_check_batch=None, sanity_batches=0)
-    forecaster = RunForecaster(schedule, warmup_batches=2)
-    forecaster.fit_start(0.0)
+    forecaster = batches_only(warmup_batches=2, max_epochs=4)
     t = run_batches(forecaster, 0.0, 2, 4.0)  # two warm-up batches, 3 s over a steady one each
     t = run_batches(forecaster, t, 18, 1.0)
     assert forecaster.batches.warmup_extra_s() == pytest.approx(6.0)
@@ -841,9 +835,7 @@ def test_the_warmup_measured_before_a_cost_change_stays_as_measured():
 
 
 def test_batches_not_yet_settled_at_a_cost_change_count_as_measured_at_the_old_cost():
-    schedule = schedule_of(max_epochs=10, val_batches_per_run=0, val_check_batch=None, sanity_batches=0)
-    forecaster = RunForecaster(schedule, warmup_batches=0)
-    forecaster.fit_start(0.0)
+    forecaster = batches_only(max_epochs=10)
     t = run_batches(forecaster, 0.0, 3, 1.0)  # fewer than settle the steady batch time
     forecaster.cost_changed(3.0)  # predicted 3x ...
     run_batches(forecaster, t, 10, 2.0)  # ... measured 2x
@@ -851,11 +843,8 @@ def test_batches_not_yet_settled_at_a_cost_change_count_as_measured_at_the_old_c
 
 
 def test_an_earlier_runs_batch_is_dropped_at_a_cost_change():
-    schedule = schedule_of(max_epochs=2, val_batches_per_run=0, val_check_batch=None, sanity_batches=0)
-    forecaster = RunForecaster(schedule, warmup_batches=0)
+    forecaster = batches_only(1.0, max_epochs=2)
     forecaster.load_state_dict({"units": {"train": 0.5}})  # measured by the run that saved, at whatever trained then
-    forecaster.fit_start(0.0)
-    forecaster.set_plan(RunPlan(train_batch_s=1.0), 0.0)
     assert forecaster.remaining_s(0.0) == pytest.approx(20 * 0.5)
     forecaster.cost_changed(3.0)
     assert forecaster.remaining_s(0.0) == pytest.approx(20 * 3.0)
