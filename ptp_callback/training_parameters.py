@@ -14,7 +14,6 @@ first batch, and each time the ETA is recomputed: about once a second) and the s
 from __future__ import annotations
 
 import math
-
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
