@@ -338,8 +338,8 @@ def test_blocks_a_callback_unfreezes_at_an_epoch_get_the_steps_priced_again_from
     model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=128, n_positions=16))
     model.transformer.h.requires_grad_(False)  # the Trainer's optimizer holds the embeddings and norms only
     callback, factors = PrecisionTimeTrainerCallback(advise=False), Factors()
-    Trainer(model=model, args=arguments(tmp_path, num_train_epochs=2, per_device_train_batch_size=4, save_strategy="no"),
-            train_dataset=hf_trainer.RandomTokens(16, 16, 128, seed=0),
+    args = arguments(tmp_path, num_train_epochs=2, per_device_train_batch_size=4, save_strategy="no")
+    Trainer(model=model, args=args, train_dataset=hf_trainer.RandomTokens(16, 16, 128, seed=0),
             callbacks=[callback, UnfreezeAtEpochOne(), factors]).train()
     assert len(factors.seen) == 8 and set(factors.seen[:4]) == {1.0}
     assert factors.seen[4] > 1.05 and set(factors.seen[4:]) == {factors.seen[4]}  # traced again once, at epoch 1
