@@ -25,6 +25,7 @@ from ptp_callback.training_parameters import (StepChange, TrainingParameters, Tr
                                               training_parameters)
 
 from .lightning_module import precision_spec, quiet_logging, step_code_key, traced_step
+from .lightning_schedule import accumulation_at
 
 __all__ = ["expect_unfreezing", "expected_unfreezing", "fit_parameters", "retraced_step"]
 
@@ -77,7 +78,7 @@ def expected_unfreezing(trainer: Trainer, module: LightningModule, prediction: R
         if after == before:
             return None
         step = retraced_step(trainer, module, prediction, example, optimizers[0])
-    return epoch, step_change(prediction, step, after, trainer.accumulate_grad_batches)
+    return epoch, step_change(prediction, step, after, accumulation_at(trainer, epoch))
 
 
 @contextlib.contextmanager

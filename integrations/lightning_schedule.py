@@ -67,8 +67,8 @@ from ptp_callback.forecast import RunForecaster
 from ptp_callback.run_prediction import CheckpointFacts
 from ptp_callback.schedule import EPOCH_END, FitSchedule, FitStart, build_schedule
 
-__all__ = ["announce_weights_only_saves", "fit_forecaster", "read_checkpoints", "read_schedule", "rest_of_fit",
-           "time_limit_at_epoch_ends", "time_limit_cycle", "time_limit_used", "with_epoch_length"]
+__all__ = ["accumulation_at", "announce_weights_only_saves", "fit_forecaster", "read_checkpoints", "read_schedule",
+           "rest_of_fit", "time_limit_at_epoch_ends", "time_limit_cycle", "time_limit_used", "with_epoch_length"]
 
 
 def read_schedule(trainer: "pl.Trainer", *, start: FitStart | None = None) -> FitSchedule:
@@ -143,7 +143,7 @@ def read_schedule(trainer: "pl.Trainer", *, start: FitStart | None = None) -> Fi
             val_check=_pre_val_check(trainer, enable_val, vcb),
         )
         start = replace(start, step=start.step // per_batch)
-    acc = _accumulation(trainer, start.epoch)
+    acc = accumulation_at(trainer, start.epoch)
 
     sanity = 0
     if enable_val and trainer.num_sanity_val_steps > 0 and not running and not restarting:
@@ -344,7 +344,7 @@ def _limits(trainer: "pl.Trainer") -> tuple[int | None, int | None]:
     return max_epochs, max_steps
 
 
-def _accumulation(trainer: "pl.Trainer", epoch: int) -> int:
+def accumulation_at(trainer: "pl.Trainer", epoch: int) -> int:
     """Batches per optimizer step in ``epoch``: what a ``GradientAccumulationScheduler`` sets at that
     epoch's start (this callback's hooks may run before its), else the trainer's setting."""
     scheduled = _scheduled_accumulation(trainer, epoch)

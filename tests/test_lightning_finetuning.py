@@ -156,3 +156,26 @@ def test_an_unfreezing_inside_an_epoch_is_found_when_the_eta_is_next_recomputed(
     factors = Factors()
     fit([UnfreezesAtBatch(12), factors], ptp)
     assert set(factors.seen[:12]) == {1.0} and factors.seen[12] > 1.2  # at that batch's end, not at epoch 2
+
+
+def test_the_unfreezing_is_priced_at_the_accumulation_of_its_epoch():
+    from lightning.pytorch.callbacks import GradientAccumulationScheduler
+
+    def expected_factor(callbacks: list, **settings) -> float:
+        ptp = PrecisionTimeCallback(device="cpu", advise=False)
+        seen = SeenAtFirstBatch(ptp)
+        data = DataLoader(TensorDataset(torch.randn(128, 64), torch.randint(0, 4, (128,))), batch_size=16)
+        L.Trainer(accelerator="cpu", max_epochs=2, limit_train_batches=8, logger=False, enable_checkpointing=False,
+                  enable_model_summary=False, enable_progress_bar=False, callbacks=[ptp, *callbacks, seen],
+                  **settings).fit(WithBackbone(), data)
+        return seen.start[2][1].factor
+
+    def unfreezing():
+        return BackboneFinetuning(unfreeze_backbone_at_epoch=1)
+
+    scheduled = expected_factor([unfreezing(), GradientAccumulationScheduler({0: 1, 1: 4})])
+    by_four = expected_factor([unfreezing()], accumulate_grad_batches=4)
+    by_one = expected_factor([unfreezing()])
+    # the new group's update once per 4 batches, as from epoch 1 on (the factors differ by 10-15%;
+    # each fit's plan has its own measured loader time, a few percent)
+    assert abs(scheduled - by_four) < abs(scheduled - by_one)
