@@ -30,7 +30,7 @@ from ptp_callback.precision import PRECISIONS, PrecisionSpec
 from ptp_callback.report import communication_note
 from ptp_callback.run_prediction import RunPrediction, precision_advice, predict_run
 from ptp_callback.trace_cache import code_key
-from ptp_callback.tracer import _loss_of, has_compiled_parts
+from ptp_callback.tracer import has_compiled_parts, loss_of
 
 __all__ = ["add_bar_metric", "advise_precision", "batch_hooks", "communication", "compiled", "has_validation",
            "log_eta_metrics", "logs_now", "manual_training_step", "plan_notes", "precision_spec", "predict_fit",
@@ -94,7 +94,7 @@ def traced_step(trainer: Trainer, module: LightningModule,
 def _backward_only(module: LightningModule, batch: Any, step: ManualStep) -> None:
     """A training step without an optimizer: its forward and backward (``_MockOptimizer.step``
     runs Lightning's closure, and nothing else)."""
-    step.backward(_loss_of(training_step(module, batch)))
+    step.backward(loss_of(training_step(module, batch)))
 
 
 class _NoSchedule:

@@ -738,17 +738,17 @@ def _check_no_closure(optimizer: torch.optim.Optimizer) -> None:
         )
 
 
-def _loss_of(output: Any) -> torch.Tensor:
+def loss_of(output: Any) -> torch.Tensor:
     """The loss tensor in what a step function returned (tensor, dict, or model output)."""
     if isinstance(output, torch.Tensor):
         return output
     if isinstance(output, Mapping) and "loss" in output:
-        return _loss_of(output["loss"])
+        return loss_of(output["loss"])
     loss = getattr(output, "loss", None)
     if isinstance(loss, torch.Tensor):
-        return _loss_of(loss)
+        return loss_of(loss)
     if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
-        return _loss_of(output[0])
+        return loss_of(output[0])
     raise TraceError(
         f"step_fn returned {type(output).__name__}; expected a loss tensor, a dict with 'loss' "
         "or a model output with .loss"
@@ -940,7 +940,7 @@ def _trace(
                 else:
                     output = step_fn(model, fake_batch)
             if train and not manual:
-                loss = _loss_of(output)
+                loss = loss_of(output)
                 if loss.dim():  # not a loss: a real backward would refuse it
                     mappings.append(f"the step returned a tensor of shape {tuple(loss.shape)}, not a scalar loss: "
                                     "its backward is traced from the tensor's sum")
