@@ -94,7 +94,7 @@ def compare_precisions(
     """
     spec, coef = resolve_device(device)
     current_spec = as_precision(current)
-    target_type = "cpu" if spec.arch == "cpu" else "cuda"
+    target_type = spec.trace_target
     predicted: dict[str, float] = {}
     notes: dict[str, str] = {}
     for candidate in candidate_precisions(spec) + [current_spec]:

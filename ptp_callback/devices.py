@@ -168,6 +168,12 @@ class DeviceSpec:
         set_(self, "_compiled", compiled)
         set_(self, "sources", tuple(self.sources))
 
+    @property
+    def trace_target(self) -> str:
+        """The device type a step predicted for this device is traced for: ``"cpu"`` for a CPU,
+        ``"cuda"`` for a GPU (its kernels, autocast policy and optimizer defaults)."""
+        return "cpu" if self.arch == "cpu" else "cuda"
+
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         # A copy for another process (strategy="ddp_spawn" pickles the callback holding the spec) is
         # built again from the fields: pickle cannot copy the read-only view of the peak table.

@@ -762,8 +762,9 @@ class RunForecaster:
                 extra = min(left[kind], max(0.0, first - max(spent, unit)))
                 left[kind] -= extra
                 left["warmup"] = extra
-        left["train"] *= self._expected_change_scale(counts["train"])
-        train_unit *= self._expected_change_scale(counts["train"])
+        change_scale = self._expected_change_scale(counts["train"])
+        left["train"] *= change_scale
+        train_unit *= change_scale
         forks = self._val_forks_left()
         if forks:
             measured = self._val_forks
@@ -835,7 +836,7 @@ class RunForecaster:
         scheduled = sum(left[k] for k in phase) if bounded else math.inf
         if scheduled <= limit_left:
             return
-        ahead = self._ahead(next_left)
+        ahead = self._ahead(next_left, counts["train"])
         if ahead is not None and self._time_stop_at is not None:
             self._left_after_stop(left, ahead, self._time_stop_at, next_left)
             return
@@ -866,9 +867,10 @@ class RunForecaster:
         left["warmup"] = min(left["warmup"], left["train"])
         left["train"] -= left["warmup"]
 
-    def _ahead(self, next_left: dict[str, float]) -> Ahead | None:
+    def _ahead(self, next_left: dict[str, float], train_left: float | None) -> Ahead | None:
         """The work ahead as the time-limit walk reads it: this schedule's positions, or for a fit
-        that only the limit ends, those of :attr:`cycle` repeating."""
+        that only the limit ends, those of :attr:`cycle` repeating (``train_left``: the training
+        batches left, over which an expected cost change is spread)."""
         s = self.schedule
         vals, saves, epochs = s.val_after_batches, self.saves, s.epoch_starts
         period, base = None, 0
@@ -879,7 +881,7 @@ class RunForecaster:
             if whole and cycle.total_batches > whole[0]:
                 base, period = whole[0], cycle.total_batches - whole[0]
         unit = {kind: self._unit(kind)[0] or 0.0 for kind in ("train", "val", "epoch", "save")}
-        unit["train"] *= self._expected_change_scale(self._counts_left()["train"])
+        unit["train"] *= self._expected_change_scale(train_left)
         if unit["train"] <= 0:
             return None
         ahead = Ahead(self.position, s.total_batches, vals, saves, epochs, {}, {}, unit, period, base, self.first_batch)

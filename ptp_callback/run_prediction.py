@@ -107,7 +107,7 @@ def predict_run(
     if trains_on_cpu:
         settle_cpu_allocator()  # the allocator state the CPU cost model assumes, for the whole fit
     spec, coef = resolve_device(device)
-    target_type = "cpu" if spec.arch == "cpu" else "cuda"
+    target_type = spec.trace_target
     on_gpu = target_type == "cuda"
     started = time.perf_counter()
     trace, cached = cached_trace_step(model, train_batch, step_fn, optimizer, precision, target_type=target_type,
@@ -162,9 +162,8 @@ def step_as_it_is(prediction: RunPrediction, model: torch.nn.Module, batch: Any,
                   optimizer: OptimizerArg, precision: PrecisionSpec, *, extra_key: str = "") -> StepPrediction:
     """The training step of ``model`` traced again (other parameters train now, another optimizer
     group updates them), predicted at the costs ``prediction`` was made with."""
-    target_type = "cpu" if prediction.device.arch == "cpu" else "cuda"
-    trace, _cached = cached_trace_step(model, batch, step_fn, optimizer, precision, target_type=target_type,
-                                       extra_key=extra_key)
+    trace, _cached = cached_trace_step(model, batch, step_fn, optimizer, precision,
+                                       target_type=prediction.device.trace_target, extra_key=extra_key)
     return simulate(trace, prediction.device, prediction.coefficients)
 
 

@@ -50,7 +50,7 @@ def predict_step(
                          "(ptp_callback.coefficients.coefficients_for(arch)), or None for the device's own")
     spec = as_precision(precision)
     target, coef = resolve_device(device, probe=probe)
-    trace = trace_step(model, batch, step_fn, optimizer, spec, target_type="cpu" if target.arch == "cpu" else "cuda",
+    trace = trace_step(model, batch, step_fn, optimizer, spec, target_type=target.trace_target,
                        trace_on=trace_on)
     return simulate(trace, target, coefficients or coef, corrections)
 
