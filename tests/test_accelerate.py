@@ -49,8 +49,10 @@ def test_fp32_with_accumulation_counts_micro_batches_and_steps(capfd):
     assert any(op.name == "aten._foreach_norm.Scalar" for op in tracker.prediction.trace.ops)
 
 
-def test_a_cpu_run_is_planned_with_the_accelerate_loops_own_work():
+def test_a_cpu_run_is_planned_with_the_accelerate_loops_own_work(monkeypatch):
     import accelerate_loop
+
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "1")  # a CPU run on a machine with a GPU too
 
     from ptp_callback.host_costs import ACCELERATE_LOOP
     from ptp_callback.probe import probed_small_op_s

@@ -304,7 +304,7 @@ def test_a_cpu_run_is_planned_with_the_trainers_own_loop_work(tmp_path):
     from ptp_callback.probe import probed_small_op_s
 
     _trainer, callback = hf_trainer.main(str(tmp_path / "out"), samples=64, epochs=1, advise=False,
-                                         eval_strategy="no", save_strategy="no")
+                                         eval_strategy="no", save_strategy="no", use_cpu=True)
     prediction = callback.tracker.prediction
     small_op_s = probed_small_op_s(prediction.coefficients)
     # its micro-batches, its optimizer steps (scheduler, callbacks) and its evaluation batches
