@@ -315,6 +315,10 @@ class _Recorder(TorchDispatchMode):
             # real run reads a field, so this is no host work of the step either.
             return args[0].fake_device
         numbers_read, checks_read = self.numbers_read, self.checks_read
+        if func is _UNSCALE and isinstance(args[1], FakeTensor):
+            # The flag this unscale writes (GradScaler's found_inf), marked before the list op is
+            # skipped: on a GPU its tensors carry no values, so it never runs (``_skips_dispatch``).
+            args[1]._ptp_found_inf = True
         try:
             out = None if _skips_dispatch(func, args) else self._run(func, args, kwargs)
         except Exception:
@@ -358,8 +362,6 @@ class _Recorder(TorchDispatchMode):
                 # fake tensor has none, so the step goes on with a stand-in (``value_reads.py``).
                 self.numbers_read += 1
                 return STAND_IN
-        if func is _UNSCALE and isinstance(args[1], FakeTensor):
-            args[1]._ptp_found_inf = True  # the flag this unscale writes (GradScaler's found_inf)
         out = self.meta.run(func, args, kwargs)
         if out is NotImplemented and grouped_gemm.is_grouped_mm(func):
             out = grouped_gemm.fake_output(func, args, kwargs)
