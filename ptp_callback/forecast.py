@@ -272,7 +272,8 @@ class RunForecaster:
         self._time_stop_at: int | None = None  # the position at whose batch's end max_time ran out
         self._train_end_t: float | None = None
         self._last_save_t: float | None = None
-        self._cost_change: tuple[int, float] | None = None  # (epoch, factor): a batch's cost changes from it
+        # (epoch, factor, save_s): from that epoch a batch costs factor times more, a save save_s more
+        self._cost_change: tuple[int, float, float] | None = None
 
     # ------------------------------------------------------------------------------ set-up
     def set_plan(self, plan: RunPlan | None, now: float | None = None) -> None:
@@ -429,11 +430,12 @@ class RunForecaster:
                              f"the fit is at {self.position}")
         self.schedule, self.saves, self.relayout = schedule, tuple(sorted(saves)), None
 
-    def expect_cost_change(self, epoch: int, factor: float) -> None:
+    def expect_cost_change(self, epoch: int, factor: float, save_s: float = 0.0) -> None:
         """From the first training batch of ``epoch`` on, a batch will cost ``factor`` times what it
-        does now (``BackboneFinetuning`` unfreezes the backbone at an epoch's start): priced so
-        until :meth:`cost_changed` says it happened (or did not)."""
-        self._cost_change = (epoch, factor)
+        does now and a checkpoint save ``save_s`` more (``BackboneFinetuning`` unfreezes the
+        backbone at an epoch's start: its optimizer state is saved too from then): priced so until
+        :meth:`cost_changed` says it happened (or did not)."""
+        self._cost_change = (epoch, factor, save_s)
 
     def epoch_start_position(self, epoch: int) -> int | None:
         """The position of ``epoch``'s first training batch in this fit's layout (``None``: past it)."""
@@ -442,11 +444,20 @@ class RunForecaster:
             return self.schedule.start_batch
         return starts[index] if index < len(starts) else None
 
-    def cost_changed(self, factor: float) -> None:
-        """From the next training batch on, a batch costs ``factor`` times what it did: the batches
-        measured so far and the plan's batch stand for the new cost, scaled. (An earlier run's
-        batch, measured at whatever trained then, is dropped: this run's batches replace it soon.)"""
+    def cost_changed(self, factor: float, save_s: float = 0.0) -> None:
+        """From the next training batch on, a batch costs ``factor`` times what it did and a save
+        ``save_s`` more: the batches and saves measured so far and the plan's stand for the new
+        cost, scaled. (An earlier run's batch, measured at whatever trained then, is dropped: this
+        run's batches replace it soon.)"""
         self._cost_change = None
+        if save_s:
+            saves = self.meters["save"]
+            saves.values = [max(0.0, v + save_s) for v in saves.values]
+            self._prior.pop("save", None)
+            if self.plan is not None:
+                first = self.plan.first_save_s
+                self.plan = replace(self.plan, save_s=max(0.0, self.plan.save_s + save_s),
+                                    first_save_s=None if first is None else max(0.0, first + save_s))
         if factor == 1.0:
             return
         self.batches.rescale(factor)
@@ -765,6 +776,7 @@ class RunForecaster:
         change_scale = self._expected_change_scale(counts["train"])
         left["train"] *= change_scale
         train_unit *= change_scale
+        left["save"] += self._expected_save_change()
         forks = self._val_forks_left()
         if forks:
             measured = self._val_forks
@@ -791,6 +803,17 @@ class RunForecaster:
             return 1.0
         after = max(0, self.schedule.total_batches - max(start, self.position))
         return 1.0 + (change[1] - 1.0) * min(1.0, after / batches_left)
+
+    def _expected_save_change(self) -> float:
+        """Seconds the expected cost change (:meth:`expect_cost_change`) adds to the saves still to
+        come from its epoch on."""
+        change = self._cost_change
+        if change is None or not change[2]:
+            return 0.0
+        start = self.epoch_start_position(change[0])
+        if start is None:
+            return 0.0
+        return change[2] * (len(self.saves) - bisect.bisect_right(self.saves, max(start, self.position)))
 
     def _time_saves_left(self, left: dict[str, float], counts: dict[str, float | None], batch_s: float,
                          now: float) -> int:

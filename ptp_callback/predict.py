@@ -90,6 +90,7 @@ class StepPrediction:
     # ops the cost model has no rule for, an optimizer that cannot train in this precision. Also
     # in ``notes``; ``print(pred)`` shows them.
     warnings: tuple[str, ...] = ()
+    optimizer_state_bytes: float = 0.0  # what the optimizer keeps after the step (a checkpoint saves it)
 
     @property
     def bound(self) -> str:
@@ -188,4 +189,5 @@ def simulate(
         kernel_s=kernel_times,
         notes=tuple(trace.mappings) + ((trace.numbers_read_note,) if trace.numbers_read_note else ()) + warnings,
         warnings=warnings,
+        optimizer_state_bytes=float(trace.optimizer_state_bytes),
     )

@@ -63,6 +63,7 @@ class RunPrediction:
     trace_s: float
     cached: bool
     notes: list[str] = field(default_factory=list)
+    saves_optimizer_state: bool = False  # a checkpoint holds the optimizer's state
 
 
 def predict_run(
@@ -155,7 +156,7 @@ def predict_run(
                     step_memory_bytes=0.0 if on_gpu else step_memory_bytes(trace),
                     val_workers_live_on=val_workers_live_on)
     return RunPrediction(trace, step, val_step, plan, spec, coef, host, checkpoint_bytes, 0.0 if cached else trace_s,
-                         cached, notes)
+                         cached, notes, saves_optimizer_state=checkpoint is not None and not checkpoint.weights_only)
 
 
 def step_as_it_is(prediction: RunPrediction, model: torch.nn.Module, batch: Any, step_fn: StepFn | None,

@@ -28,8 +28,8 @@ from .run_prediction import RunPrediction
 # a look costs 10-30 us, and a change found a second late costs the ETA a second's batches.
 LOOK_EVERY_S = 1.0
 
-__all__ = ["StepChange", "TrainingParameters", "TrainingParametersWatch", "batch_cost_factor", "step_change",
-           "training_parameters"]
+__all__ = ["StepChange", "TrainingParameters", "TrainingParametersWatch", "batch_cost_factor", "save_cost_change",
+           "step_change", "training_parameters"]
 
 
 @dataclass(frozen=True)
@@ -61,11 +61,14 @@ def _param_groups(optimizer: Any) -> list[dict[str, Any]]:
 @dataclass(frozen=True)
 class StepChange:
     """The step after a change of the parameters that train: a training batch's cost as a factor of
-    the one predicted at the start, the predicted step's seconds, and the parameters that train."""
+    the one predicted at the start, the predicted step's seconds, the parameters that train, and the
+    seconds a checkpoint save costs more than the one predicted at the start (the optimizer's state
+    for the parameters that train now)."""
 
     factor: float
     step_s: float
     parameters: TrainingParameters
+    save_s: float = 0.0
 
 
 def batch_cost_factor(prediction: RunPrediction, step: StepPrediction, accumulate: int = 1) -> float:
@@ -83,9 +86,20 @@ def batch_cost_factor(prediction: RunPrediction, step: StepPrediction, accumulat
     return max(0.0, batch + per_batch(step) - per_batch(prediction.step)) / batch
 
 
+def save_cost_change(prediction: RunPrediction, step: StepPrediction) -> float:
+    """Seconds a checkpoint save costs more with ``step``'s optimizer state in place of the state of
+    the step ``prediction`` predicted (none where the checkpoints hold no optimizer state): at the
+    plan's seconds per byte of a save."""
+    if not prediction.saves_optimizer_state or prediction.checkpoint_bytes <= 0:
+        return 0.0
+    per_byte = max(0.0, prediction.plan.save_s - prediction.host.save_fixed_s) / prediction.checkpoint_bytes
+    return per_byte * (step.optimizer_state_bytes - prediction.step.optimizer_state_bytes)
+
+
 def step_change(prediction: RunPrediction, step: StepPrediction, parameters: TrainingParameters,
                 accumulate: int = 1) -> StepChange:
-    return StepChange(batch_cost_factor(prediction, step, accumulate), step.step_s, parameters)
+    return StepChange(batch_cost_factor(prediction, step, accumulate), step.step_s, parameters,
+                      save_cost_change(prediction, step))
 
 
 class TrainingParametersWatch:
@@ -95,6 +109,7 @@ class TrainingParametersWatch:
         self.prediction, self.forecaster, self.parameters = prediction, forecaster, parameters
         self.factor = 1.0  # of the batch's cost now to the one predicted at the start
         self.step_s = prediction.step.step_s  # the predicted step as the parameters that train now make it
+        self.save_s = 0.0  # what a save costs more than predicted at the start
         self.expected: tuple[int, StepChange] | None = None  # from the start of which epoch
         self._looked_at = -math.inf
 
@@ -108,7 +123,7 @@ class TrainingParametersWatch:
     def expect(self, epoch: int, change: StepChange) -> None:
         """``change`` will happen at the start of ``epoch``: price the batches from there."""
         self.expected = (epoch, change)
-        self.forecaster.expect_cost_change(epoch, change.factor)
+        self.forecaster.expect_cost_change(epoch, change.factor, change.save_s)
 
     def check(self, now: TrainingParameters, step_now: Callable[[], StepPrediction], accumulate: int = 1) -> bool:
         """Between training batches: ``now`` are the parameters that train; ``step_now()`` traces the
@@ -122,12 +137,12 @@ class TrainingParametersWatch:
         self.expected = None  # happened, did not, or something else changed first: the step says
         before, self.parameters = self.parameters, now  # (a step that cannot be traced is not tried again)
         if now == before:
-            change = StepChange(self.factor, self.step_s, now)  # the expected change did not happen
+            change = StepChange(self.factor, self.step_s, now, self.save_s)  # the expected change did not happen
         elif due and expected is not None and now == expected.parameters:
             change = expected
         else:
             change = step_change(self.prediction, step_now(), now, accumulate)
-        factor = change.factor / self.factor
-        self.step_s, self.factor = change.step_s, change.factor
-        self.forecaster.cost_changed(factor)
+        factor, save_s = change.factor / self.factor, change.save_s - self.save_s
+        self.step_s, self.factor, self.save_s = change.step_s, change.factor, change.save_s
+        self.forecaster.cost_changed(factor, save_s)
         return True

@@ -785,6 +785,25 @@ def test_a_change_of_the_batch_cost_expected_at_an_epoch_prices_the_batches_from
     assert forecaster.remaining_s(t) == pytest.approx(10 * 3.0)
 
 
+def test_a_save_cost_change_expected_at_an_epoch_prices_the_saves_from_there():
+    # Unfreezing a backbone at epoch 1 puts its optimizer state into every checkpoint from then on.
+    schedule = schedule_of(max_epochs=3, val_batches_per_run=0, val_check_batch=None, sanity_batches=0)
+    saves = save_positions(schedule, CheckpointSettings())  # after batches 10, 20, 30
+    forecaster = RunForecaster(schedule, RunPlan(train_batch_s=1.0, save_s=1.0), saves=saves)
+    forecaster.fit_start(0.0)
+    base = forecaster.remaining_s(0.0)
+    forecaster.expect_cost_change(1, 1.0, 2.0)
+    assert forecaster.remaining_s(0.0) == pytest.approx(base + 2 * 2.0)  # the saves after batches 20 and 30
+    t = run_batches(forecaster, 0.0, 10, 1.0)
+    forecaster.epoch_end(t)
+    forecaster.save_start(t)
+    t += 1.5  # the first save, before the change: measured at 1.5 s
+    forecaster.epoch_start(t)
+    assert forecaster.remaining_s(t) == pytest.approx(20 * 1.0 + 2 * (1.5 + 2.0))
+    forecaster.cost_changed(1.0, 2.0)  # it happened: the measured save stands for the new cost
+    assert forecaster.remaining_s(t) == pytest.approx(20 * 1.0 + 2 * (1.5 + 2.0))
+
+
 def test_after_a_cost_change_the_batches_measured_at_the_new_cost_decide_once_there_are_enough():
     forecaster = batches_only(max_epochs=10)
     t = run_batches(forecaster, 0.0, 30, 1.0)

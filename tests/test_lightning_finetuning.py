@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from lightning.pytorch.callbacks import BackboneFinetuning, BaseFinetuning
+from lightning.pytorch.callbacks import BackboneFinetuning, BaseFinetuning, ModelCheckpoint
 from torch.utils.data import DataLoader, TensorDataset
 
 from ptp_callback import PrecisionTimeCallback
@@ -89,6 +89,28 @@ def test_backbone_finetuning_is_priced_from_the_epoch_it_unfreezes_before_step_o
     flags, groups, expected, factor = seen.epochs[at_epoch]
     assert flags == {True} and groups == 2 and expected is None and factor == expected_factor
     assert ptp.forecaster.batches.changed_at is not None
+
+
+@pytest.mark.parametrize("weights_only", [False, True])
+def test_the_unfrozen_backbones_optimizer_state_is_priced_into_the_saves_after_it(tmp_path, weights_only):
+    ptp = PrecisionTimeCallback(device="cpu", advise=False)
+    seen = SeenAtFirstBatch(ptp)
+    data = TensorDataset(torch.randn(128, 64), torch.randint(0, 4, (128,)))
+    trainer = L.Trainer(accelerator="cpu", max_epochs=3, limit_train_batches=8, logger=False,
+                        default_root_dir=tmp_path, enable_model_summary=False, enable_progress_bar=False,
+                        callbacks=[ptp, BackboneFinetuning(unfreeze_backbone_at_epoch=1), seen,
+                                   ModelCheckpoint(dirpath=tmp_path, save_weights_only=weights_only)])
+    trainer.fit(WithBackbone(), DataLoader(data, batch_size=16))
+    _flags, _groups, (epoch, change), _factor = seen.start
+    prediction = ptp.prediction
+    if weights_only:
+        assert change.save_s == 0.0
+        return
+    # AdamW's two fp32 moments of each linear weight and bias that unfreezes, at the plan's rate per byte
+    unfrozen = sum(p.numel() for m in WithBackbone().backbone if isinstance(m, nn.Linear) for p in m.parameters())
+    per_byte = (prediction.plan.save_s - prediction.host.save_fixed_s) / prediction.checkpoint_bytes
+    assert change.save_s == pytest.approx(per_byte * 2 * 4 * unfrozen, rel=0.01) and change.save_s > 0
+    assert ptp._watch.save_s == change.save_s  # it happened at epoch 1's start, as expected
 
 
 def test_an_unfreezing_nothing_announced_is_found_at_the_epoch_it_happens():
