@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import time
+from dataclasses import replace
 
 import pytest
 import torch
@@ -49,7 +50,27 @@ def test_a_second_probe_reads_the_cache(tmp_path, cache):
     files = sorted(os.listdir(cache))
     assert len(files) == 3  # one per probe: the loader's start, a forked worker's pages, the write rate
     second = probe_host(CPU_HOST, checkpoint_dir=str(tmp_path), num_workers=1)
-    assert second == first and sorted(os.listdir(cache)) == files
+    # (the loader's start is set to this process's fork time, timed at each probe)
+    assert replace(second, loader_start_s=0.0) == replace(first, loader_start_s=0.0)
+    assert sorted(os.listdir(cache)) == files
+
+
+@pytest.mark.skipif(host_costs.fork_s() is None, reason="loader workers are not forked here")
+def test_a_loaders_start_is_set_to_the_process_it_starts_from(cache):
+    # Each worker's fork copies the training process's page tables: a larger process starts them later.
+    probed = {"s": 0.2, "stop_s": 0.01, "fork_s": 0.005}
+    assert host_costs.loader_start_here(probed, 4, fork_now=0.030) == pytest.approx(0.2 + 4 * 0.025)
+    assert host_costs.loader_start_here(probed, 4, fork_now=0.001) == pytest.approx(0.2 - 4 * 0.004)
+    assert host_costs.loader_start_here(probed, 4, fork_now=0.0) == pytest.approx(0.2 - 4 * 0.005)
+    assert host_costs.loader_start_here({**probed, "fork_s": 1.0}, 4, fork_now=0.0) == pytest.approx(0.05)
+    assert host_costs.loader_start_here({"s": 0.2, "stop_s": 0.01}, 4, fork_now=0.5) == 0.2  # an older probe
+    # probe_host reads the cached start and times this process's fork now
+    key = f"loader-start-stop-2-{host_costs._start_method()}"
+    host_costs._cached(key, lambda: {"s": 0.2, "stop_s": 0.01, "fork_s": 10.0}, True)
+    assert probe_host(CPU_HOST, num_workers=2).loader_start_s == pytest.approx(0.05)
+    host_costs._cached(f"loader-start-stop-3-{host_costs._start_method()}", lambda: {"s": 0.2, "stop_s": 0.01,
+                                                                                      "fork_s": 0.0}, True)
+    assert probe_host(CPU_HOST, num_workers=3).loader_start_s > 0.2
 
 
 def test_the_probes_cache_key_is_the_same_before_and_after_a_loaders_workers_fix_the_start_method():
