@@ -55,7 +55,8 @@ def test_a_second_probe_reads_the_cache(tmp_path, cache):
     assert sorted(os.listdir(cache)) == files
 
 
-@pytest.mark.skipif(host_costs.fork_s() is None, reason="loader workers are not forked here")
+@pytest.mark.skipif(not hasattr(os, "fork") or host_costs._start_method() != "fork",
+                    reason="loader workers are not forked here")
 def test_a_loaders_start_is_set_to_the_process_it_starts_from(cache):
     # Each worker's fork copies the training process's page tables: a larger process starts them later.
     probed = {"s": 0.2, "stop_s": 0.01, "fork_s": 0.005}
