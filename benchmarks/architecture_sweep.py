@@ -467,7 +467,8 @@ def main(argv: list[str] | None = None) -> int:
                         "appending to PROFILES (profile_steps.py's format)")
     parser.add_argument("--score", nargs="*", metavar="FILE", help="score recorded timings (default: the shipped ones)")
     parser.add_argument("--trace-on", default="cpu", choices=("cpu", "auto"),
-                        help="with --score: trace on the CPU proxy, or as the callback does (on this machine's GPU if it has one)")
+                        help="with --score: trace on the CPU proxy, or as the callback does "
+                             "(on this machine's GPU if it has one)")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
     names = [n for n in args.only.split(",") if n] or list(MODELS)

@@ -204,12 +204,11 @@ def run(name: str, device: str) -> Record:
 
 
 def show(records: list[Record]) -> None:
-    head = "fit       precision   fit s  step-one  " + "".join(f"{int(100 * float(f)):>3d}%: ptp / naive  "
-                                                             for f in map(str, FRACTIONS))
+    head = "fit       precision   fit s  step-one  " + "".join(f"{round(100 * f):>3d}%: ptp / naive  " for f in FRACTIONS)
     print(head + "  unfrozen/frozen batch: predicted / measured")
     for r in records:
-        cells = "".join(f"{_pct(r.eta.get('ptp', {}).get(f'{f:.2f}'))} /{_pct(r.eta.get('naive', {}).get(f'{f:.2f}'))}  "
-                        for f in FRACTIONS)
+        at = [f"{f:.2f}" for f in FRACTIONS]
+        cells = "".join(f"{_pct(r.eta.get('ptp', {}).get(k))} /{_pct(r.eta.get('naive', {}).get(k))}  " for k in at)
         factors = " / ".join("-" if v is None else f"{v:.2f}x" for v in (r.factor_predicted, r.factor_measured))
         print(f"{r.fit:9s} {r.precision:10s} {r.fit_s:6.1f}  {_pct(r.before_step_one)}  {cells}  {factors}")
     for r in records:
