@@ -74,6 +74,17 @@ def test_a_loaders_start_is_set_to_the_process_it_starts_from(cache):
     assert probe_host(CPU_HOST, num_workers=3).loader_start_s > 0.2
 
 
+@pytest.mark.skipif(not hasattr(os, "fork") or host_costs._start_method() != "fork",
+                    reason="loader workers are not forked here")
+def test_a_fork_the_system_refuses_leaves_the_probed_start(cache, monkeypatch):
+    def refused():
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(os, "fork", refused)
+    assert host_costs.fork_s() is None
+    assert host_costs.loader_start_here({"s": 0.2, "stop_s": 0.01, "fork_s": 0.005}, 4) == 0.2
+
+
 def test_the_probes_cache_key_is_the_same_before_and_after_a_loaders_workers_fix_the_start_method():
     """In a fresh process no start method is set until a loader's first workers set the default:
     a key read from the setting alone changed then, and the second fit in a process probed again."""
