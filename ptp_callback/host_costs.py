@@ -275,24 +275,39 @@ def fork_s() -> float | None:
     private memory and in 333 ms from one of 8.1 GB, where one fork took 3.4 and 88 ms."""
     if _start_method() != "fork" or not hasattr(os, "fork"):
         return None
-    import warnings
-
-    times = []
+    # (No warnings.catch_warnings() here: leaving it resets which warnings the process has shown.
+    # Python 3.12's DeprecationWarning on forking a process with threads is not shown by default.)
+    times: list[float] = []
     for _ in range(3):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # Python 3.12's note on forking a process with threads
-            started = time.perf_counter()
-            try:
-                pid = os.fork()
-            except OSError:  # no memory or process left for a copy: the probe's start stands
-                return statistics.median(times) if times else None
-            if pid == 0:
-                os._exit(0)
-            times.append(time.perf_counter() - started)
-        os.waitpid(pid, 0)
+        started = time.perf_counter()
+        try:
+            pid = os.fork()
+        except OSError:  # no memory or process left for a copy: the probe's start stands
+            break
+        if pid == 0:
+            os._exit(0)
+        times.append(time.perf_counter() - started)
+        _reap(pid)
         if times[-1] > 0.02:  # a large process: one fork is a clear reading, and not cheap
             break
-    return statistics.median(times)
+    return statistics.median(times) if times else None
+
+
+def _reap(pid: int, within_s: float = 5.0) -> None:
+    """Wait for the forked child to exit (it exits at once; one stuck in another library's fork
+    handler is killed after ``within_s``). A process that ignores SIGCHLD has no child to wait for."""
+    import signal
+
+    deadline = time.perf_counter() + within_s
+    try:
+        while os.waitpid(pid, os.WNOHANG) == (0, 0):
+            if time.perf_counter() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                return
+            time.sleep(0.0005)
+    except ChildProcessError:
+        pass  # reaped already: SIGCHLD ignored, or another handler waited for it
 
 
 #: A worker's start is not set below this share of the cached one (a fork timed in an idle moment).

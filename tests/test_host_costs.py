@@ -76,6 +76,30 @@ def test_a_loaders_start_is_set_to_the_process_it_starts_from(cache):
 
 @pytest.mark.skipif(not hasattr(os, "fork") or host_costs._start_method() != "fork",
                     reason="loader workers are not forked here")
+def test_timing_a_fork_leaves_the_processs_signals_and_warnings_as_they_were():
+    import signal
+    import warnings
+
+    # A process that ignores SIGCHLD has its children reaped for it: nothing to wait for.
+    before = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    try:
+        assert host_costs.fork_s() > 0.0
+    finally:
+        signal.signal(signal.SIGCHLD, before)
+
+    def warn() -> None:
+        warnings.warn("shown once per place", UserWarning)
+
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("default")  # once per place: the registry of shown warnings decides
+        warn()
+        host_costs.fork_s()
+        warn()
+    assert len(shown) == 1
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or host_costs._start_method() != "fork",
+                    reason="loader workers are not forked here")
 def test_a_fork_the_system_refuses_leaves_the_probed_start(cache, monkeypatch):
     def refused():
         raise OSError(12, "Cannot allocate memory")
