@@ -142,7 +142,10 @@ class TrainingParametersWatch:
             change = expected
         else:
             change = step_change(self.prediction, step_now(), now, accumulate)
-        factor, save_s = change.factor / self.factor, change.save_s - self.save_s
-        self.step_s, self.factor, self.save_s = change.step_s, change.factor, change.save_s
-        self.forecaster.cost_changed(factor, save_s)
+        # An optimizer keeps the state of parameters that stop training, and a checkpoint saves it:
+        # the saves never shrink back (the trace's optimizer starts without that state).
+        save_s = max(self.save_s, change.save_s)
+        factor, save_change = change.factor / self.factor, save_s - self.save_s
+        self.step_s, self.factor, self.save_s = change.step_s, change.factor, save_s
+        self.forecaster.cost_changed(factor, save_change)
         return True

@@ -113,6 +113,35 @@ def test_the_unfrozen_backbones_optimizer_state_is_priced_into_the_saves_after_i
     assert ptp._watch.save_s == change.save_s  # it happened at epoch 1's start, as expected
 
 
+class UnfreezesThenFreezes(UnfreezesAtEpochOne):
+    def finetune_function(self, pl_module, epoch, optimizer):
+        super().finetune_function(pl_module, epoch, optimizer)
+        if epoch == 2:
+            self.freeze(pl_module.backbone)  # the optimizer keeps the backbone's state
+
+
+class SavesSeen(L.Callback):
+    def __init__(self, ptp: PrecisionTimeCallback) -> None:
+        self.ptp, self.save_s = ptp, []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if batch_idx == 0:
+            self.save_s.append(self.ptp._watch.save_s)
+
+
+def test_saves_keep_the_optimizer_state_of_a_backbone_frozen_again(tmp_path):
+    ptp = PrecisionTimeCallback(device="cpu", advise=False)
+    seen = SavesSeen(ptp)
+    data = TensorDataset(torch.randn(128, 64), torch.randint(0, 4, (128,)))
+    trainer = L.Trainer(accelerator="cpu", max_epochs=4, limit_train_batches=8, logger=False,
+                        default_root_dir=tmp_path, enable_model_summary=False, enable_progress_bar=False,
+                        callbacks=[ptp, UnfreezesThenFreezes(), seen, ModelCheckpoint(dirpath=tmp_path)])
+    trainer.fit(WithBackbone(), DataLoader(data, batch_size=16))
+    before, unfrozen, frozen_again, after = seen.save_s
+    assert before == 0.0 and unfrozen > 0.0
+    assert frozen_again == unfrozen and after == unfrozen  # its state stays in every checkpoint
+
+
 def test_an_unfreezing_nothing_announced_is_found_at_the_epoch_it_happens():
     ptp = PrecisionTimeCallback(device="cpu", advise=False)
     seen = fit([UnfreezesAtEpochOne()], ptp)
