@@ -180,9 +180,10 @@ def probe_host(
     2-core CPU that took about twice as long per byte as ``torch.save`` straight to the file."""
     costs = base
     if num_workers > 0:
-        start = _cached(f"loader-start-stop-{num_workers}-{_start_method()}", lambda: _loader_start_stop_s(num_workers),
-                        cache)
-        costs = replace(costs, loader_start_s=loader_start_here(start, num_workers))
+        fork_now = fork_s()  # once: it is also the fork time a probe measured now is kept with
+        start = _cached(f"loader-start-stop-{num_workers}-{_start_method()}",
+                        lambda: _loader_start_stop_s(num_workers, fork_now), cache)
+        costs = replace(costs, loader_start_s=loader_start_here(start, num_workers, fork_now))
         if device is None or device.type == "cpu":
             # A GPU host's end was fitted on fits whose teardown stopped their workers, and a GPU
             # step writes the device's memory, not the host's pages a forked worker maps.
@@ -242,9 +243,10 @@ class _One(torch.utils.data.Dataset):
 
 
 @rng_preserved()  # an iterator with workers draws their seed from the user's generator (the data order)
-def _loader_start_stop_s(num_workers: int) -> dict[str, float]:
+def _loader_start_stop_s(num_workers: int, fork: float | None) -> dict[str, float]:
     """Seconds from creating a DataLoader iterator with worker processes to its first batch (``s``),
-    and from there to its workers' exit (``stop_s``). A fit's teardown stops each loader's workers
+    and from there to its workers' exit (``stop_s``), kept with this process's fork time ``fork``
+    (``fork_s``, where workers are forked). A fit's teardown stops each loader's workers
     that are still running (Lightning keeps a validation run's and, after the last epoch, the
     training loader's): on a 2-thread AMD EPYC VM (2026-11-29), in the teardown of a 2-epoch MLP fit
     with 2 workers a loader, the two loaders' workers stopped in 57 and 44 ms; the callback measured
@@ -262,7 +264,6 @@ def _loader_start_stop_s(num_workers: int) -> dict[str, float]:
         del iterator  # stops the workers
         stopped = time.perf_counter()
     measured = {"s": ready - started, "stop_s": stopped - ready}
-    fork = fork_s()
     return measured if fork is None else {**measured, "fork_s": fork}
 
 
@@ -314,14 +315,11 @@ def _reap(pid: int, within_s: float = 5.0) -> None:
 _LEAST_START_SHARE = 0.25
 
 
-def loader_start_here(probed: dict[str, float], num_workers: int, fork_now: float | None = None) -> float:
+def loader_start_here(probed: dict[str, float], num_workers: int, fork_now: float | None) -> float:
     """The probed loader start (``probed``: its seconds, and the fork time of the process it was
-    measured in) for a loader started from this process, whose fork takes ``fork_now`` (timed now
-    when not given): each of its workers' forks costs the difference."""
-    if "fork_s" not in probed:
-        return probed["s"]
-    fork_now = fork_s() if fork_now is None else fork_now
-    if fork_now is None:
+    measured in) for a loader started from this process, whose fork takes ``fork_now`` (:func:`fork_s`;
+    ``None``: workers are not forked here): each of its workers' forks costs the difference."""
+    if "fork_s" not in probed or fork_now is None:
         return probed["s"]
     return max(_LEAST_START_SHARE * probed["s"], probed["s"] + num_workers * (fork_now - probed["fork_s"]))
 

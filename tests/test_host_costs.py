@@ -106,7 +106,7 @@ def test_a_fork_the_system_refuses_leaves_the_probed_start(cache, monkeypatch):
 
     monkeypatch.setattr(os, "fork", refused)
     assert host_costs.fork_s() is None
-    assert host_costs.loader_start_here({"s": 0.2, "stop_s": 0.01, "fork_s": 0.005}, 4) == 0.2
+    assert host_costs.loader_start_here({"s": 0.2, "stop_s": 0.01, "fork_s": 0.005}, 4, host_costs.fork_s()) == 0.2
 
 
 def test_the_probes_cache_key_is_the_same_before_and_after_a_loaders_workers_fix_the_start_method():
