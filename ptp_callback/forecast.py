@@ -792,28 +792,27 @@ class RunForecaster:
             self._cap_by_max_time(left, now, counts, next_left)
         return left
 
+    def _expected_change_from(self) -> int | None:
+        """The position from which the expected cost change (:meth:`expect_cost_change`) applies to
+        what is left (``None``: none is expected, or its epoch is past this layout)."""
+        start = self.epoch_start_position(self._cost_change[0]) if self._cost_change is not None else None
+        return None if start is None else max(start, self.position)
+
     def _expected_change_scale(self, batches_left: float | None) -> float:
         """The mean cost of the training batches left, as a share of the batch's cost now, with the
-        expected cost change (:meth:`expect_cost_change`) in the batches from its epoch on."""
-        change = self._cost_change
-        if change is None or not batches_left or self.schedule.total_batches is None:
+        expected cost change in the batches from its epoch on."""
+        start = self._expected_change_from()
+        if start is None or not batches_left or self.schedule.total_batches is None:
             return 1.0
-        start = self.epoch_start_position(change[0])
-        if start is None:
-            return 1.0
-        after = max(0, self.schedule.total_batches - max(start, self.position))
-        return 1.0 + (change[1] - 1.0) * min(1.0, after / batches_left)
+        after = max(0, self.schedule.total_batches - start)
+        return 1.0 + (self._cost_change[1] - 1.0) * min(1.0, after / batches_left)
 
     def _expected_save_change(self) -> float:
-        """Seconds the expected cost change (:meth:`expect_cost_change`) adds to the saves still to
-        come from its epoch on."""
-        change = self._cost_change
-        if change is None or not change[2]:
-            return 0.0
-        start = self.epoch_start_position(change[0])
+        """Seconds the expected cost change adds to the saves still to come from its epoch on."""
+        start = self._expected_change_from()
         if start is None:
             return 0.0
-        return change[2] * (len(self.saves) - bisect.bisect_right(self.saves, max(start, self.position)))
+        return self._cost_change[2] * (len(self.saves) - bisect.bisect_right(self.saves, start))
 
     def _time_saves_left(self, left: dict[str, float], counts: dict[str, float | None], batch_s: float,
                          now: float) -> int:
